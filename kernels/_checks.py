@@ -1,0 +1,47 @@
+"""Constraint checks shared by the emulated kernels.
+
+Every check raises ``NpuOpError`` with the op name and the limit, the way a real NPU kernel
+refuses an input, so that a migration mistake fails on the emulator as it would on hardware.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class NpuOpError(RuntimeError):
+    """An input that the real torch_npu op would reject."""
+
+
+def require(cond: bool, op: str, message: str) -> None:
+    if not cond:
+        raise NpuOpError(f"{op}: {message}")
+
+
+def check_dtypes(op: str, allowed, **tensors) -> None:
+    """Each named tensor (None skipped) must have a dtype in ``allowed``; float64 never passes."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.dtype == torch.float64:
+            raise NpuOpError(f"{op}: {name} is float64, and the NPU does not support float64")
+        if t.dtype not in allowed:
+            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+            raise NpuOpError(f"{op}: {name} has dtype {str(t.dtype).replace('torch.', '')}; supported: {names}")
+
+
+def check_same_dtype(op: str, **tensors) -> None:
+    present = {n: t for n, t in tensors.items() if t is not None}
+    dtypes = {t.dtype for t in present.values()}
+    if len(dtypes) > 1:
+        desc = ", ".join(f"{n}={str(t.dtype).replace('torch.', '')}" for n, t in present.items())
+        raise NpuOpError(f"{op}: inputs must share one dtype, got {desc}")
+
+
+def refuse_autograd(op: str, *tensors) -> None:
+    """Ops without a backward on a real NPU (torch_npu_autograd_nodes.txt) refuse grad inputs."""
+    if torch.is_grad_enabled() and any(t is not None and isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise NpuOpError(
+            f"{op} has no backward on a real NPU (no autograd node in torch_npu 2.14.0); "
+            "use it only on inference paths (under torch.no_grad()) or keep the original code for training"
+        )
