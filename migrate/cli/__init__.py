@@ -1,0 +1,8 @@
+"""The ``migrate`` command line: one module per command, all registered on one Typer app."""
+
+from migrate.cli.app import app
+from migrate.cli import demo, explain, ops, parity, run  # noqa: F401  (register the commands)
+
+
+def main() -> None:
+    app()
