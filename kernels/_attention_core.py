@@ -1,0 +1,355 @@
+"""The attention core shared by the emulated NPU attention ops.
+
+One dense problem: ``q [B, Nq, Sq, D]``, ``k [B, Nkv, Skv, D]``, ``v [B, Nkv, Skv, Dv]`` (BNSD,
+Nq a multiple of Nkv), plus a :class:`Problem` that says how the logits are scaled, biased and
+masked. :func:`attention` computes it the FlashAttention way: key/value blocks with an online
+softmax, in float32 whatever the input dtype, so memory grows linearly in S (one score block of
+at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time). GQA is done without repeating K/V: the
+G = Nq/Nkv query heads that share a KV head are folded into the rows of one matmul.
+
+Backward (FA2 style) recomputes the score blocks from the saved row max/sum, so training memory
+stays linear too.
+
+Masking follows the NPU kernels: a masked logit is replaced by the large negative ``MASKED``
+(never -inf). A row whose logits are all masked therefore gets a uniform softmax over its keys,
+i.e. the mean of V: the "precision loss" that the real kernels' invalid-row correction
+(``inner_precise=2`` for FA) exists to fix; with ``Problem.zero_dead_rows`` such rows are 0
+instead. Either way no NaN appears. (For a dead row the emulator returns that mean of V without
+dropout; its softmax max/sum are reported as ``MASKED`` / ``Skv``.)
+
+The helpers for layouts, masks and sparse modes that the ops share live here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterator, Optional, Tuple
+
+import torch
+
+from kernels._checks import require
+
+INT_MAX = 2147483647
+#: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
+MASKED = -1e30
+#: Key/value block length, and the most score floats one block may hold (16 MiB in float32).
+#: Tuned on a 2-core CPU with ``benchmarks/attention.py``; tests shrink them to force many blocks.
+BLOCK_KV = 512
+SCORE_BLOCK_ELEMENTS = 1 << 22
+#: Side of the compressed causal mask that sparse modes 2/3/4 take.
+COMPRESSED_MASK_SIZE = 2048
+
+
+# --------------------------------------------------------------------------- layouts
+
+def to_bnsd(x: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
+    """View a BSH/SBH/BSND/BNSD tensor as [B, N, S, D] (no copy); ``heads`` splits H."""
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    if layout == "BSH":
+        b, s, h = x.shape
+        return x.view(b, s, heads, h // heads).transpose(1, 2)
+    if layout == "SBH":
+        s, b, h = x.shape
+        return x.view(s, b, heads, h // heads).permute(1, 2, 0, 3)
+    raise ValueError(layout)
+
+
+def from_bnsd(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """The inverse of :func:`to_bnsd` (a contiguous tensor in ``layout``)."""
+    b, n, s, d = x.shape
+    if layout == "BNSD":
+        return x.contiguous()
+    if layout == "BSND":
+        return x.transpose(1, 2).contiguous()
+    if layout == "BSH":
+        return x.transpose(1, 2).reshape(b, s, n * d)
+    if layout == "SBH":
+        return x.permute(2, 0, 1, 3).reshape(s, b, n * d)
+    raise ValueError(layout)
+
+
+# --------------------------------------------------------------------------- masks
+
+def bool_mask(op: str, mask: torch.Tensor, allowed=(torch.bool, torch.uint8)) -> torch.Tensor:
+    """An NPU attention mask (1/True = masked OUT) as bool; float (additive) masks are refused."""
+    require(
+        not mask.is_floating_point(), op,
+        f"atten_mask must be bool/uint8 with True/1 = masked out; got an additive float mask "
+        f"({str(mask.dtype).replace('torch.', '')}). Convert it with `mask < 0`, or pass it as pse",
+    )
+    names = "/".join(str(d).replace("torch.", "") for d in allowed)
+    require(mask.dtype in allowed, op, f"atten_mask must be {names}, got {str(mask.dtype).replace('torch.', '')}")
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+@lru_cache(maxsize=1)
+def _compressed_causal() -> torch.Tensor:
+    n = COMPRESSED_MASK_SIZE
+    return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+
+
+def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
+    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+    n = COMPRESSED_MASK_SIZE
+    shape = tuple(mask.shape)
+    require(
+        mask.dim() >= 2 and shape[-2:] == (n, n) and all(s == 1 for s in shape[:-2]), op,
+        f"sparse_mode={sparse_mode} needs the compressed {n}x{n} mask "
+        f"torch.triu(torch.ones({n}, {n}), diagonal=1).bool(); got shape {shape}",
+    )
+    require(
+        torch.equal(mask.reshape(n, n), _compressed_causal()), op,
+        f"sparse_mode={sparse_mode}: atten_mask must equal torch.triu(torch.ones({n}, {n}), diagonal=1) "
+        "(True = masked); this one differs",
+    )
+
+
+@dataclass(frozen=True)
+class Band:
+    """Keep key j for query i iff ``-pre <= j - i - anchor <= next``.
+
+    ``anchor`` is 0 for a band anchored top-left, ``Skv - Sq`` for one anchored bottom-right.
+    """
+
+    pre: int
+    next: int
+    anchor: int = 0
+
+    def _offsets(self, q0: int, q1: int, k0: int, k1: int) -> Tuple[int, int]:
+        return k0 - (q1 - 1) - self.anchor, (k1 - 1) - q0 - self.anchor
+
+    def masks_all(self, q0: int, q1: int, k0: int, k1: int) -> bool:
+        lo, hi = self._offsets(q0, q1, k0, k1)
+        return lo > self.next or hi < -self.pre
+
+    def block(self, q0: int, q1: int, k0: int, k1: int) -> Optional[torch.Tensor]:
+        """The [bq, bk] masked-out positions of a block, or None when the band keeps it whole."""
+        lo, hi = self._offsets(q0, q1, k0, k1)
+        if hi <= self.next and lo >= -self.pre:
+            return None
+        d = torch.arange(k0, k1)[None, :] - torch.arange(q0, q1)[:, None] - self.anchor
+        return (d > self.next) | (d < -self.pre)
+
+
+def sparse_band(sparse_mode: int, pre: int, next_: int, sq: int, skv: int) -> Optional[Band]:
+    """The band a sparse mode (0-4) adds on top of (mode 0/1) or instead of (2/3/4) the mask."""
+    if sparse_mode == 0:
+        return None if pre >= INT_MAX and next_ >= INT_MAX else Band(pre, next_, 0)
+    if sparse_mode == 1:
+        return None
+    if sparse_mode == 2:
+        return Band(INT_MAX, 0, 0)
+    if sparse_mode == 3:
+        return Band(INT_MAX, 0, skv - sq)
+    if sparse_mode == 4:
+        return Band(pre, next_, skv - sq)
+    raise ValueError(sparse_mode)
+
+
+def group_heads(t: Optional[torch.Tensor], nkv: int) -> Optional[torch.Tensor]:
+    """[b, n, s, s'] (n = 1 or Nq) -> [b, Nkv or 1, G or 1, s, s'] to broadcast over grouped scores."""
+    if t is None:
+        return None
+    b, n, s, s2 = t.shape
+    return t.view(b, 1, 1, s, s2) if n == 1 else t.view(b, nkv, n // nkv, s, s2)
+
+
+# --------------------------------------------------------------------------- the core
+
+@dataclass
+class Problem:
+    """How the logits of one dense problem are formed.
+
+    ``mask`` / ``pse``: 5-D, broadcastable to [B, Nkv, G, Sq, Skv] (see :func:`group_heads`).
+    Logits are ``scale * (q k^T + pse)`` when ``pse_scaled`` (FA's pse_type=1) else
+    ``scale * q k^T + pse`` (the inference ops' pse_shift).
+    """
+
+    scale: float = 1.0
+    mask: Optional[torch.Tensor] = None
+    band: Optional[Band] = None
+    pse: Optional[torch.Tensor] = None
+    pse_scaled: bool = True
+    keep_prob: float = 1.0
+    seed: int = 0
+    zero_dead_rows: bool = False
+    block_q: int = field(default=0)
+    block_kv: int = field(default=0)
+
+
+def _blocks(n: int, size: int) -> Iterator[Tuple[int, int]]:
+    for start in range(0, n, size):
+        yield start, min(start + size, n)
+
+
+def _cut(t: torch.Tensor, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """The [.., q0:q1, k0:k1] block of a mask/pse that may broadcast (size 1) on the rows."""
+    rows = t if t.shape[-2] == 1 else t[..., q0:q1, :]
+    return rows[..., k0:k1]
+
+
+def _keep_mask(p: Problem, qi: int, ki: int, shape) -> torch.Tensor:
+    """Dropout keep-mask of one block, scaled by 1/keep_prob; reproducible from (seed, block)."""
+    gen = torch.Generator().manual_seed((p.seed * 1_000_003 + qi * 65_537 + ki) % (1 << 62))
+    keep = torch.rand(shape, generator=gen) < p.keep_prob
+    return keep.to(torch.float32).div_(p.keep_prob)
+
+
+def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5) -> Optional[torch.Tensor]:
+    """Scaled, biased, masked float32 logits of one block; None when the band masks all of it."""
+    if p.band is not None and p.band.masks_all(q0, q1, k0, k1):
+        return None
+    s = torch.matmul(qb, k[:, :, k0:k1].transpose(-1, -2)).view(shape5)
+    if p.pse is not None:
+        s.add_(_cut(p.pse, q0, q1, k0, k1), alpha=p.scale if p.pse_scaled else 1.0)
+    if p.mask is not None:
+        s.masked_fill_(_cut(p.mask, q0, q1, k0, k1), MASKED)
+    if p.band is not None:
+        band = p.band.block(q0, q1, k0, k1)
+        if band is not None:
+            s.masked_fill_(band, MASKED)
+    return s
+
+
+def _choose_blocks(p: Problem, b: int, nq: int, sq: int, skv: int) -> None:
+    if not p.block_kv:
+        p.block_kv = max(1, min(skv, BLOCK_KV))
+    if not p.block_q:
+        p.block_q = max(1, min(sq, SCORE_BLOCK_ELEMENTS // (b * nq * p.block_kv)))
+
+
+def _forward(q, k, v, p: Problem):
+    """q [B,Nkv,G,Sq,D] float32 already scaled; k/v [B,Nkv,Skv,*] float32 -> out (f32), max, sum."""
+    B, Nkv, G, Sq, D = q.shape
+    Skv, Dv = k.shape[2], v.shape[-1]
+    out = q.new_empty(B, Nkv, G, Sq, Dv)
+    row_max = q.new_empty(B, Nkv, G, Sq)
+    row_sum = q.new_empty(B, Nkv, G, Sq)
+    mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
+    for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
+        bq = q1 - q0
+        qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
+        m = q.new_full((B, Nkv, G, bq), MASKED)
+        l = q.new_zeros(B, Nkv, G, bq)
+        acc = q.new_zeros(B, Nkv, G * bq, Dv)
+        for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
+            s = _scores(p, qb, k, q0, q1, k0, k1, (B, Nkv, G, bq, k1 - k0))
+            if s is None:
+                continue
+            m_new = torch.maximum(m, s.amax(-1))
+            s.sub_(m_new.unsqueeze(-1)).exp_()
+            alpha = (m - m_new).exp_()
+            l.mul_(alpha).add_(s.sum(-1))
+            if p.keep_prob < 1:
+                s.mul_(_keep_mask(p, qi, ki, s.shape))
+            acc.mul_(alpha.view(B, Nkv, G * bq, 1))
+            acc.add_(torch.matmul(s.view(B, Nkv, G * bq, k1 - k0), v[:, :, k0:k1]))
+            m = m_new
+        o = acc.view(B, Nkv, G, bq, Dv).div_(l.unsqueeze(-1))
+        dead = m == MASKED
+        if dead.any():
+            fill = torch.zeros_like(mean_v) if p.zero_dead_rows else mean_v
+            o = torch.where(dead.unsqueeze(-1), fill, o)
+            l = torch.where(dead, float(Skv), l)
+        out[:, :, :, q0:q1] = o
+        row_max[..., q0:q1] = m
+        row_sum[..., q0:q1] = l
+    return out, row_max, row_sum
+
+
+def _backward(q, k, v, out, dout, row_max, row_sum, p: Problem):
+    """Gradients w.r.t. the scaled q (times scale = dq), k and v, recomputing blocks."""
+    B, Nkv, G, Sq, D = q.shape
+    Skv, Dv = k.shape[2], v.shape[-1]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    lse = row_max + row_sum.log()
+    live = (row_max != MASKED).to(torch.float32)
+    delta = (dout * out).sum(-1)
+    for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
+        bq = q1 - q0
+        qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
+        dob = dout[:, :, :, q0:q1].reshape(B, Nkv, G * bq, Dv)
+        lse_b = lse[..., q0:q1].unsqueeze(-1)
+        live_b = live[..., q0:q1].unsqueeze(-1)
+        delta_b = delta[..., q0:q1].unsqueeze(-1)
+        dqb = torch.zeros_like(qb)
+        for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
+            shape5 = (B, Nkv, G, bq, k1 - k0)
+            s = _scores(p, qb, k, q0, q1, k0, k1, shape5)
+            if s is None:
+                continue
+            prob = s.sub_(lse_b).exp_().mul_(live_b)  # dead rows do not depend on q, k (see below)
+            dprob = torch.matmul(dob, v[:, :, k0:k1].transpose(-1, -2)).view(shape5)
+            dropped = prob
+            if p.keep_prob < 1:
+                keep = _keep_mask(p, qi, ki, shape5)
+                dropped = prob * keep
+                dprob.mul_(keep)
+            flat = (B, Nkv, G * bq, k1 - k0)
+            dv[:, :, k0:k1] += torch.matmul(dropped.view(flat).transpose(-1, -2), dob)
+            ds = dprob.sub_(delta_b).mul_(prob).view(flat)
+            dqb += torch.matmul(ds, k[:, :, k0:k1])
+            dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qb)
+        dq[:, :, :, q0:q1] = dqb.view(B, Nkv, G, bq, D)
+    if not p.zero_dead_rows and Skv:
+        # a dead row's output is mean(V): each key gets 1/Skv of that row's output gradient
+        dead_dout = (dout * (1 - live).unsqueeze(-1)).sum((2, 3))
+        dv += (dead_dout / Skv).unsqueeze(2)
+    return dq, dk, dv
+
+
+class _BlockedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, problem: Problem):
+        B, Nq, Sq, D = q.shape
+        Nkv = k.shape[1]
+        qs = (q.float().contiguous() * problem.scale).view(B, Nkv, Nq // Nkv, Sq, D)
+        kf, vf = k.float().contiguous(), v.float().contiguous()
+        out, row_max, row_sum = _forward(qs, kf, vf, problem)
+        ctx.save_for_backward(qs, kf, vf, out, row_max, row_sum)
+        ctx.problem = problem
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        flat = lambda t: t.reshape(B, Nq, Sq, *t.shape[4:])  # noqa: E731
+        row_max, row_sum = flat(row_max), flat(row_sum)
+        ctx.mark_non_differentiable(row_max, row_sum)
+        return flat(out).to(q.dtype), row_max, row_sum
+
+    @staticmethod
+    def backward(ctx, dout, _dmax, _dsum):
+        qs, kf, vf, out, row_max, row_sum = ctx.saved_tensors
+        p = ctx.problem
+        dout = dout.float().reshape(out.shape)
+        dq, dk, dv = _backward(qs, kf, vf, out, dout, row_max, row_sum, p)
+        qd, kd, vd = ctx.dtypes
+        B, Nkv, G, Sq, D = qs.shape
+        return (dq.mul_(p.scale).view(B, Nkv * G, Sq, D).to(qd), dk.to(kd), dv.to(vd), None)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: Problem):
+    """Blocked attention of one dense BNSD problem.
+
+    Returns ``(out [B,Nq,Sq,Dv] in q's dtype, row_max [B,Nq,Sq] f32, row_sum [B,Nq,Sq] f32)``;
+    ``row_max``/``row_sum`` are the softmax statistics (``lse = row_max + log(row_sum)``).
+    Differentiable in q, k and v (not in pse, as on the NPU, whose grad op returns no dpse).
+    """
+    B, Nq, Sq, _ = q.shape
+    _choose_blocks(problem, B, Nq, Sq, k.shape[2])
+    return _BlockedAttention.apply(q, k, v, problem)
+
+
+def lse_of(row_max: torch.Tensor, row_sum: torch.Tensor) -> torch.Tensor:
+    """log-sum-exp of the logits from the softmax statistics."""
+    return row_max + row_sum.log()
+
+
+def dropout_seed() -> int:
+    """A dropout seed drawn from torch's default generator, so torch.manual_seed makes it repeat."""
+    return int(torch.randint(0, 1 << 31, (), dtype=torch.int64))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,31 @@
+"""Small helpers shared by the emulated non-attention kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._checks import require
+
+#: The floating dtypes the NPU vector units compute in (no float64 on an NPU).
+FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def norm_dims(op: str, x: torch.Tensor, gamma: torch.Tensor, min_dim: int = 1) -> tuple:
+    """The trailing dims of ``x`` that ``gamma`` normalises; ``gamma.shape`` must equal them."""
+    require(min_dim <= x.dim() <= 8, op, f"x must have {min_dim} to 8 dims, got {x.dim()}")
+    require(1 <= gamma.dim() <= x.dim(), op, f"gamma must have 1 to x.dim()={x.dim()} dims, got {gamma.dim()}")
+    tail = tuple(x.shape[x.dim() - gamma.dim():])
+    require(
+        tuple(gamma.shape) == tail, op,
+        f"gamma shape {tuple(gamma.shape)} must equal the trailing dims of x {tail}",
+    )
+    return tuple(range(x.dim() - gamma.dim(), x.dim()))
+
+
+def require_gamma_dtype(op: str, x: torch.Tensor, gamma: torch.Tensor) -> None:
+    """The fused norms take gamma in x's dtype (a float32 weight with bf16 activations is refused)."""
+    require(
+        gamma.dtype == x.dtype, op,
+        f"gamma dtype {str(gamma.dtype).replace('torch.', '')} must equal x dtype "
+        f"{str(x.dtype).replace('torch.', '')} (cast the weight, or x, first)",
+    )

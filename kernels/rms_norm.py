@@ -1,0 +1,57 @@
+"""RMS norms: ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_gemma_rms_norm``.
+
+The kernels compute in float32 and round once to x's dtype. Hugging Face ``LlamaRMSNorm`` rounds
+the normalised value to the input dtype before multiplying by the weight, so expect ~1 ulp
+differences in bf16/fp16. ``rstd`` is float32 with shape
+``x.shape[:x.dim() - gamma.dim()] + [1] * gamma.dim()``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from kernels._common import FLOATS, norm_dims, require_gamma_dtype
+from kernels.registry import npu_op
+
+
+def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim: int, xf=None):
+    """Checks shared by the three norms; returns (x in float32, rstd).
+
+    ``xf`` overrides the float32 value that is normalised (the unrounded sum in add_rms_norm).
+    """
+    check_dtypes(op, FLOATS, x=x, gamma=gamma)
+    require_gamma_dtype(op, x, gamma)
+    dims = norm_dims(op, x, gamma, min_dim=min_dim)
+    xf = x.float() if xf is None else xf
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
+    return xf, rstd
+
+
+@npu_op
+def npu_rms_norm(self, gamma, epsilon=1e-06):
+    """``(y, rstd)`` with ``y = x * rstd * gamma``; x 2-8 D; differentiable."""
+    xf, rstd = _rms("npu_rms_norm", self, gamma, epsilon, min_dim=2)
+    return (xf * rstd * gamma.float()).to(self.dtype), rstd
+
+
+@npu_op
+def npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06):
+    """``(y, rstd, x1 + x2)``: the residual add fused before the norm; inference only (no backward)."""
+    op = "npu_add_rms_norm"
+    refuse_autograd(op, x1, x2, gamma)
+    check_dtypes(op, FLOATS, x1=x1, x2=x2)
+    check_same_dtype(op, x1=x1, x2=x2)
+    require(x1.shape == x2.shape, op, f"x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must have the same shape")
+    # The kernel normalises the float32 sum; only the returned x is rounded.
+    xf, rstd = _rms(op, x1, gamma, epsilon, min_dim=1, xf=x1.float() + x2.float())
+    return (xf * rstd * gamma.float()).to(x1.dtype), rstd, xf.to(x1.dtype)
+
+
+@npu_op
+def npu_gemma_rms_norm(self, gamma, epsilon=1e-06):
+    """Gemma style ``(y, rstd)`` with ``y = x * rstd * (1 + gamma)``; no backward on a real NPU."""
+    op = "npu_gemma_rms_norm"
+    refuse_autograd(op, self, gamma)
+    xf, rstd = _rms(op, self, gamma, epsilon, min_dim=1)
+    return (xf * rstd * (1.0 + gamma.float())).to(self.dtype), rstd

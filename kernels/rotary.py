@@ -1,0 +1,100 @@
+"""Rotary position embedding: ``npu_rotary_mul`` and ``npu_apply_rotary_pos_emb``.
+
+Both compute ``x * cos + rotate(x) * sin`` in float32 and round once to the input dtype.
+``'half'`` rotates like Hugging Face ``rotate_half`` (NeoX style: ``cat(-x2, x1)`` of the two
+halves); ``'interleave'`` rotates GPT-J style pairs ``(x[2i], x[2i+1]) -> (-x[2i+1], x[2i])``.
+Mixing them up gives different numbers, as on a real NPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from kernels._common import FLOATS
+from kernels.registry import npu_op
+
+
+def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def _allowed_r_shapes(shape, mode: str) -> set:
+    """cos/sin shapes the kernel accepts for a 4-D input, over its layouts BNSD, BSND, SBND."""
+    d0, d1, d2, d = shape
+    broadcast_seq = {(1, 1, d2, d), (1, d1, 1, d), (d0, 1, 1, d)}  # 11SD, 1S1D, S11D
+    if mode == "interleave":
+        return broadcast_seq
+    per_batch = {(d0, 1, d2, d), (d0, d1, 1, d)}  # B1SD, BS1D / SB1D
+    return broadcast_seq | per_batch | {tuple(shape)}
+
+
+@npu_op
+def npu_rotary_mul(self, r1, r2, rotary_mode='half', rotate=None):
+    """``out = self * r1 + rotate(self) * r2`` (r1 = cos, r2 = sin); differentiable.
+
+    With ``rotate`` (a ``[D, D]`` matrix), ``rotate(x) = x @ rotate``; the real backward ignores
+    ``rotate``, so gradients through that variant are refused rather than silently wrong.
+    """
+    op = "npu_rotary_mul"
+    x = self
+    check_dtypes(op, FLOATS, self=x, r1=r1, r2=r2, rotate=rotate)
+    check_same_dtype(op, self=x, r1=r1, r2=r2)
+    require(rotary_mode in ("half", "interleave"), op, f"rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
+    require(x.dim() == 4, op, f"self must be 4-D (BNSD, BSND or SBND), got {x.dim()}-D")
+    d = x.shape[-1]
+    require(d % 2 == 0 and d < 896, op, f"head dim D must be even and < 896, got {d}")
+    require(r1.shape == r2.shape, op, f"r1 {tuple(r1.shape)} and r2 {tuple(r2.shape)} must have the same shape")
+    allowed = _allowed_r_shapes(tuple(x.shape), rotary_mode)
+    require(
+        r1.dim() == 4 and tuple(r1.shape) in allowed, op,
+        f"r1/r2 shape {tuple(r1.shape)} does not broadcast to self {tuple(x.shape)} in {rotary_mode!r} mode "
+        f"(allowed: {sorted(allowed)}); HF cos/sin [B,S,D] need unsqueeze(1) for BNSD or unsqueeze(2) for BSND",
+    )
+    xf = x.float()
+    if rotate is not None:
+        require(rotate.shape == (d, d), op, f"rotate must be [D, D] = [{d}, {d}], got {tuple(rotate.shape)}")
+        refuse_autograd(op + " with rotate", x, r1, r2, rotate)
+        rotated = xf @ rotate.float()
+    else:
+        rotated = _rotate(xf, rotary_mode)
+    return (xf * r1.float() + rotated * r2.float()).to(x.dtype)
+
+
+@npu_op
+def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='half'):
+    """RoPE on query and key in one call, updating both IN PLACE and returning them.
+
+    Atlas A2/A3 limits: layout BSND (4-D) or TND (3-D), ``'half'`` only, D in {64, 128},
+    cos/sin ``(B, S, 1, D)`` (TND: ``(T, 1, D)``), one dtype for all four; no backward.
+    """
+    op = "npu_apply_rotary_pos_emb"
+    refuse_autograd(op, query, key, cos, sin)
+    check_dtypes(op, FLOATS, query=query, key=key, cos=cos, sin=sin)
+    check_same_dtype(op, query=query, key=key, cos=cos, sin=sin)
+    require(layout in ("BSND", "TND"), op, f"layout must be 'BSND' or 'TND' on Atlas A2/A3, got {layout!r}")
+    require(rotary_mode == "half", op, f"only rotary_mode='half' is supported on Atlas A2/A3, got {rotary_mode!r}")
+    ndim = 4 if layout == "BSND" else 3
+    for name, t in (("query", query), ("key", key), ("cos", cos), ("sin", sin)):
+        require(t.dim() == ndim, op, f"{name} must be {ndim}-D for layout {layout}, got {t.dim()}-D")
+        require(t.numel() > 0, op, f"{name} must not be empty")
+    d = query.shape[-1]
+    require(d in (64, 128), op, f"head dim D must be 64 or 128, got {d}")
+    require(key.shape[-1] == d, op, f"key head dim {key.shape[-1]} must equal query head dim {d}")
+    lead = tuple(query.shape[:-2])  # (B, S) or (T,)
+    require(tuple(key.shape[:-2]) == lead, op, f"key {tuple(key.shape)} must share {layout[:-2]} with query {tuple(query.shape)}")
+    rope_shape = lead + (1, d)
+    for name, t in (("cos", cos), ("sin", sin)):
+        require(
+            tuple(t.shape) == rope_shape, op,
+            f"{name} must have shape {rope_shape} ({layout[:-2]}1D), got {tuple(t.shape)}",
+        )
+    c, s = cos.float(), sin.float()
+    for t in (query, key):
+        tf = t.float()
+        t.copy_(tf * c + _rotate(tf, "half") * s)
+    return query, key

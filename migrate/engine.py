@@ -1,0 +1,133 @@
+"""One file in, one ``FileResult`` out: parse once, run every applicable rule in one batched pass,
+apply all fixes in one transform, add the imports they need, and check the output parses.
+
+Nothing here raises for a bad file: unreadable, non-UTF-8, unparsable input and rule crashes all
+become an error result naming the reason, and the original text is kept.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable, Dict, List, Sequence, Type
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from migrate import diagnostics
+from migrate.findings import FileResult, Finding
+from migrate.names import NameResolver
+from migrate.positions import positions
+from migrate.rules.base import FileContext, Fix, ImportSpec, Rule
+from migrate.rules import code_enabled, select_rules
+from opmap import OpTable
+
+
+class _ApplyFixes(cst.CSTTransformer):
+    def __init__(self, fixes: Dict[int, List[Fix]]) -> None:
+        super().__init__()
+        self.fixes = fixes
+
+    def on_leave(self, original_node, updated_node):
+        for fix in self.fixes.get(id(original_node), ()):
+            if not isinstance(updated_node, cst.CSTNode):
+                break  # an earlier fix removed the node
+            updated_node = fix.apply(updated_node)
+        return updated_node
+
+
+def _crashed_rule(exc: BaseException) -> str:
+    """The rule whose code raised, found from the traceback's frames."""
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Rule):
+            return f"{type(owner).__name__} ({owner.code})"
+    return "a rule"
+
+
+class Engine:
+    def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True) -> None:
+        self.table = table
+        self.rules = list(rules)
+        self.enabled = enabled
+
+    def applicable(self, data: bytes) -> List[Type[Rule]]:
+        """The cheap byte check: rules whose trigger strings occur in the file."""
+        return [rule for rule in self.rules if any(t in data for t in rule.triggers)]
+
+    def migrate(self, path: str, data: bytes, *, in_package: bool = False) -> FileResult:
+        rules = self.applicable(data)
+        if not rules:
+            return FileResult(path, "skipped")
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return self._error(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError as exc:
+            return self._error(path, diagnostics.PARSE_ERROR, f"does not parse: {exc.message}", exc.raw_line, exc.raw_column)
+        except Exception as exc:  # libcst raises a few other errors on odd input
+            return self._error(path, diagnostics.PARSE_ERROR, f"does not parse: {exc}")
+
+        ctx = FileContext(path, module, self.table, NameResolver(module), enabled=self.enabled)
+        try:
+            cst.visit_batched(module, [rule(ctx) for rule in rules])
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return self._error(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {detail}")
+
+        findings = self._place(path, module, ctx)
+        if not ctx.fixes:
+            return FileResult(path, "unchanged", findings)
+        try:
+            migrated, helpers = self._apply(module, ctx.fixes, in_package)
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return self._error(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
+        if migrated == source:
+            return FileResult(path, "unchanged", findings)
+        try:
+            cst.parse_module(migrated)
+        except Exception as exc:
+            return self._error(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
+        return FileResult(path, "changed", findings, original=source, migrated=migrated, helpers=helpers)
+
+    def _place(self, path: str, module: cst.Module, ctx: FileContext) -> List[Finding]:
+        where = positions(module, [node for node, _ in ctx.findings])
+        placed = []
+        for node, finding in ctx.findings:
+            finding.path = path
+            finding.line, finding.col = where.get(id(node), (0, 0))
+            placed.append(finding)
+        return sorted(placed, key=lambda f: (f.line, f.col, f.code))
+
+    def _apply(self, module: cst.Module, fixes: Dict[int, List[Fix]], in_package: bool):
+        new_module = module.visit(_ApplyFixes(fixes))
+        imports: List[ImportSpec] = []
+        helpers: List[str] = []
+        for fix in (f for group in fixes.values() for f in group):
+            imports.extend(fix.imports)
+            for helper in fix.helpers:
+                if helper not in helpers:
+                    helpers.append(helper)
+                    imports.append(ImportSpec(".", helper) if in_package else ImportSpec(helper))
+        if imports:
+            context = CodemodContext()
+            for spec in dict.fromkeys(imports):
+                relative = 1 if spec.module == "." else 0
+                module_name = "" if relative else spec.module
+                AddImportsVisitor.add_needed_import(context, module_name, spec.obj, spec.asname, relative=relative)
+            new_module = new_module.visit(AddImportsVisitor(context))
+        return new_module.code, helpers
+
+    @staticmethod
+    def _error(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
+        where = f"{path}:{line}:{col}" if line else path
+        finding = Finding(code, message, "reported", path=path, line=line, col=col)
+        return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
+
+
+def build_engine(table: OpTable, select=None, ignore=None) -> Engine:
+    """An engine with the rules that ``--select``/``--ignore`` leave enabled."""
+    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore))

@@ -1,0 +1,98 @@
+"""Op coverage of the migrated run: a dispatch-level trace of the aten ops that have no NPU kernel
+(they would fall back to the CPU on a real NPU) and of any float64 use (no float64 on an NPU).
+
+An aten op counts as a fallback when it is not in ``aten_ops_with_npu_kernels.txt`` (copied from
+the torch-npu 2.14.0 wheel) and has no backend-independent (CompositeExplicitAutograd) kernel:
+such ops, views for example, run on any device. Calls into the emulated ``torch_npu`` fused ops are
+counted as one NPU kernel each; the aten ops they are emulated with are not traced.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Dict, FrozenSet
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+_DOUBLE = (torch.float64, torch.complex128)
+
+
+@functools.lru_cache(maxsize=None)
+def npu_kernel_ops() -> FrozenSet[str]:
+    """``name.overload`` (and bare ``name`` for the default overload) of ops with NPU kernels."""
+    lines = Path(__file__).with_name("aten_ops_with_npu_kernels.txt").read_text().splitlines()
+    return frozenset(line.split("(", 1)[0].strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+@functools.lru_cache(maxsize=None)
+def falls_back(op: torch._ops.OpOverload) -> bool:
+    namespace, name = op._schema.name.split("::", 1)
+    if namespace != "aten":
+        return False
+    overload = op._overloadname
+    known = npu_kernel_ops()
+    if f"{name}.{overload}" in known or (overload == "default" and name in known):
+        return False
+    return not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in _COMPOSITE_KEYS)
+
+
+def _op_name(op: torch._ops.OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname}"
+
+
+class OpTrace(TorchDispatchMode):
+    """Counts aten ops without NPU kernels, float64 use, and emulated fused-op calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fallback: Counter = Counter()
+        self.float64: Counter = Counter()
+        self.fused: Counter = Counter()
+        self._inside_fused = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if not self._inside_fused:
+            if falls_back(func):
+                self.fallback[_op_name(func)] += 1
+            tensors = [t for t in tree_flatten((args, kwargs, result))[0] if isinstance(t, torch.Tensor)]
+            if any(t.dtype in _DOUBLE for t in tensors):
+                self.float64[_op_name(func)] += 1
+        return result
+
+    def wrap_fused(self, name: str, fn: Callable) -> Callable:
+        """``fn`` (an emulated torch_npu op) counted as one NPU kernel, its insides untraced."""
+
+        @functools.wraps(fn)
+        def fused(*args, **kwargs):
+            self.fused[name] += 1
+            self._inside_fused += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._inside_fused -= 1
+
+        return fused
+
+    @contextmanager
+    def recording(self):
+        """Trace the block with fresh counts."""
+        self.fallback.clear()
+        self.float64.clear()
+        self.fused.clear()
+        with self:
+            yield self
+
+    def to_json(self) -> Dict[str, Dict[str, int]]:
+        return {
+            "fallback_ops": dict(self.fallback.most_common()),
+            "float64_ops": dict(self.float64.most_common()),
+            "fused_npu_ops": dict(self.fused.most_common()),
+        }

@@ -1,0 +1,272 @@
+"""The parity spec: YAML loading and validation, every problem reported as ``file:line: problem``.
+
+Validation walks the YAML node tree (not the loaded values) so each problem carries the line of
+the node it is about.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+import yaml
+
+from migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
+
+CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "train", "output", "tolerance")
+TENSOR_KEYS = ("shape", "dtype", "low", "high")
+_REF = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][\w.]*)$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class SpecError(Exception):
+    """An invalid spec; ``problems`` are ``file:line: problem`` strings."""
+
+    def __init__(self, problems: List[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Ref:
+    """``file.py:callable`` (relative to the spec's directory) or ``package.module:callable``."""
+
+    target: str
+    attr: str
+
+    @property
+    def is_file(self) -> bool:
+        return self.target.endswith(".py")
+
+    def __str__(self) -> str:
+        return f"{self.target}:{self.attr}"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A declarative input: random values of ``shape``; dtype "float" means the case dtype."""
+
+    shape: Tuple[int, ...]
+    dtype: str = "float"
+    low: Optional[float] = None
+    high: Optional[float] = None
+
+
+@dataclass
+class Case:
+    name: str
+    factory: Ref
+    inputs: Union[Ref, Dict[str, TensorSpec]]
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    dtypes: List[str] = field(default_factory=lambda: ["float32"])
+    train: bool = False
+    output: Optional[Union[str, int]] = None
+    tolerance: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # dtype -> overrides + reason
+    line: int = 0
+
+
+@dataclass
+class Spec:
+    path: Path
+    cases: List[Case]
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+
+def load_spec(path: Path) -> Spec:
+    """Read and validate ``path``; raises ``SpecError`` listing every problem found."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([f"{path}: cannot read the spec: {exc.strerror or exc}"]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SpecError([f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]) from None
+    checker = _Checker(path)
+    cases = checker.spec(root)
+    if checker.problems:
+        raise SpecError(checker.problems)
+    return Spec(path=path, cases=cases)
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+        self.problems: List[str] = []
+        self._constructor = yaml.constructor.SafeConstructor()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def error(self, node: yaml.Node, problem: str) -> None:
+        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {problem}")
+
+    def value(self, node: yaml.Node) -> Any:
+        return self._constructor.construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node, what: str, allowed: Tuple[str, ...]) -> Optional[Dict[str, yaml.Node]]:
+        """The mapping's key -> value node, after reporting unknown and duplicate keys."""
+        if not isinstance(node, yaml.MappingNode):
+            self.error(node, f"{what} must be a mapping")
+            return None
+        items: Dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = self.value(key_node)
+            if key in items:
+                self.error(key_node, f"duplicate key {key!r} in {what}")
+            elif allowed and key not in allowed:
+                self.error(key_node, f"unknown key {key!r} in {what} (allowed: {', '.join(allowed)})")
+            else:
+                items[key] = value_node
+        return items
+
+    def number(self, node: yaml.Node, what: str) -> Optional[float]:
+        value = self.value(node)
+        try:  # YAML 1.1 reads 1e-3 (no dot) as a string
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        except (TypeError, ValueError):
+            self.error(node, f"{what} must be a number, got {value!r}")
+            return None
+
+    def ref(self, node: yaml.Node, what: str) -> Optional[Ref]:
+        value = self.value(node)
+        match = _REF.match(value) if isinstance(value, str) else None
+        if not match:
+            self.error(node, f"{what} must be 'file.py:callable' or 'package.module:callable', got {value!r}")
+            return None
+        ref = Ref(match["target"], match["attr"])
+        if ref.is_file and Path(ref.target).is_absolute():
+            self.error(node, f"{what} file must be relative to the spec's directory, got {ref.target!r}")
+        elif not ref.is_file and not _MODULE.match(ref.target):
+            self.error(node, f"{what}: {ref.target!r} is neither a .py file nor a dotted module name")
+        return ref
+
+    # -- the schema --------------------------------------------------------------------------
+    def spec(self, root: Optional[yaml.Node]) -> List[Case]:
+        if root is None:
+            self.problems.append(f"{self.path}:1: the spec is empty (expected a 'cases' list)")
+            return []
+        top = self.mapping(root, "the spec", ("cases",))
+        if top is None:
+            return []
+        if "cases" not in top:
+            self.error(root, "missing key 'cases'")
+            return []
+        cases_node = top["cases"]
+        if not isinstance(cases_node, yaml.SequenceNode) or not cases_node.value:
+            self.error(cases_node, "'cases' must be a non-empty list")
+            return []
+        cases, seen = [], set()
+        for node in cases_node.value:
+            case = self.case(node)
+            if case is None:
+                continue
+            if case.name in seen:
+                self.error(node, f"duplicate case name {case.name!r}")
+            seen.add(case.name)
+            cases.append(case)
+        return cases
+
+    def case(self, node: yaml.Node) -> Optional[Case]:
+        items = self.mapping(node, "a case", CASE_KEYS)
+        if items is None:
+            return None
+        for key in ("name", "factory", "inputs"):
+            if key not in items:
+                self.error(node, f"case is missing required key {key!r}")
+        if any(key not in items for key in ("name", "factory", "inputs")):
+            return None
+        name = self.value(items["name"])
+        if not isinstance(name, str) or not name.strip():
+            self.error(items["name"], "case name must be a non-empty string")
+        factory = self.ref(items["factory"], "factory")
+        inputs = self.inputs(items["inputs"])
+        kwargs = {}
+        if "kwargs" in items:
+            kwargs = self.value(items["kwargs"])
+            if not isinstance(kwargs, dict):
+                self.error(items["kwargs"], "kwargs must be a mapping")
+        dtypes = self.dtypes(items["dtypes"]) if "dtypes" in items else ["float32"]
+        train = False
+        if "train" in items:
+            train = self.value(items["train"])
+            if not isinstance(train, bool):
+                self.error(items["train"], f"train must be true or false, got {train!r}")
+        output = None
+        if "output" in items:
+            output = self.value(items["output"])
+            if not isinstance(output, (str, int)) or isinstance(output, bool):
+                self.error(items["output"], "output must be an attribute or key name, or an index")
+        tolerance = self.tolerance(items["tolerance"], dtypes) if "tolerance" in items else {}
+        if self.problems:
+            return None
+        return Case(name, factory, inputs, kwargs, dtypes, train, output, tolerance, node.start_mark.line + 1)
+
+    def dtypes(self, node: yaml.Node) -> List[str]:
+        values = self.value(node)
+        known = supported_dtypes()
+        if not isinstance(values, list) or not values:
+            self.error(node, f"dtypes must be a non-empty list of {', '.join(known)}")
+            return []
+        for item_node, value in zip(node.value, values):
+            if value not in known:
+                self.error(item_node, f"unsupported dtype {value!r} (supported: {', '.join(known)})")
+        return values
+
+    def inputs(self, node: yaml.Node):
+        if isinstance(node, yaml.ScalarNode):
+            return self.ref(node, "inputs")
+        items = self.mapping(node, "inputs", ())
+        if items is None:
+            return None
+        return {name: self.tensor(name, value) for name, value in items.items()}
+
+    def tensor(self, name: str, node: yaml.Node) -> Optional[TensorSpec]:
+        items = self.mapping(node, f"input {name!r}", TENSOR_KEYS)
+        if items is None:
+            return None
+        if "shape" not in items:
+            self.error(node, f"input {name!r} is missing 'shape'")
+            return None
+        shape = self.value(items["shape"])
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            self.error(items["shape"], f"shape of {name!r} must be a list of non-negative integers")
+            return None
+        dtype = self.value(items["dtype"]) if "dtype" in items else "float"
+        if dtype != "float" and not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+            self.error(items["dtype"], f"unknown dtype {dtype!r} for {name!r} (use 'float' for the case dtype, or a torch dtype name)")
+            return None
+        low = self.number(items["low"], "low") if "low" in items else None
+        high = self.number(items["high"], "high") if "high" in items else None
+        is_float = dtype == "float" or getattr(torch, dtype).is_floating_point
+        if not is_float and dtype != "bool" and high is None:
+            self.error(node, f"integer input {name!r} needs 'high' (exclusive upper bound)")
+        if low is not None and high is not None and low >= high:
+            self.error(node, f"input {name!r}: low must be below high")
+        return TensorSpec(tuple(shape), dtype, low, high)
+
+    def tolerance(self, node: yaml.Node, dtypes: List[str]) -> Dict[str, Dict[str, Any]]:
+        items = self.mapping(node, "tolerance", ())
+        result: Dict[str, Dict[str, Any]] = {}
+        for dtype, value_node in (items or {}).items():
+            if dtype not in dtypes:
+                self.error(value_node, f"tolerance for {dtype!r}, which this case does not run (dtypes: {', '.join(dtypes)})")
+                continue
+            fields = self.mapping(value_node, f"tolerance for {dtype}", CRITERIA_KEYS + ("reason",))
+            if fields is None:
+                continue
+            reason = self.value(fields["reason"]) if "reason" in fields else None
+            if not isinstance(reason, str) or not reason.strip():
+                self.error(value_node, f"tolerance for {dtype} needs a 'reason'")
+            override = {k: self.number(v, k) for k, v in fields.items() if k != "reason"}
+            result[dtype] = {**override, "reason": reason}
+        return result

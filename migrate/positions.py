@@ -1,0 +1,50 @@
+"""Line and column of a few nodes, without computing positions for the whole tree.
+
+libcst's PositionProvider tracks line/column for every token of a file (about 2x the parse). The
+engine needs positions only for the nodes it reports, so it generates the code once with a codegen
+state that notes the token index where each wanted node's syntax starts, the hook libcst's own
+position tracking uses (``record_syntactic_position``), and counts lines only up to those points.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Dict, Iterable, Tuple
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+
+class _MarkingState(CodegenState):
+    def __init__(self, default_indent: str, default_newline: str, wanted) -> None:
+        super().__init__(default_indent=default_indent, default_newline=default_newline)
+        self.wanted = wanted
+        self.marks: Dict[int, int] = {}
+
+    @contextmanager
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if id(node) in self.wanted and id(node) not in self.marks:
+            self.marks[id(node)] = len(self.tokens)
+        yield
+
+
+def positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[int, Tuple[int, int]]:
+    """``{id(node): (line, col)}`` (1-based line, 0-based col) for nodes of ``module``."""
+    wanted = {id(n) for n in nodes}
+    if not wanted:
+        return {}
+    state = _MarkingState(module.default_indent, module.default_newline, wanted)
+    module._codegen(state)
+    result: Dict[int, Tuple[int, int]] = {}
+    line, col, done = 1, 0, 0
+    for node_id, index in sorted(state.marks.items(), key=lambda item: item[1]):
+        for token in state.tokens[done:index]:
+            newlines = token.count("\n")
+            if newlines:
+                line += newlines
+                col = len(token) - token.rfind("\n") - 1
+            else:
+                col += len(token)
+        done = index
+        result[node_id] = (line, col)
+    return result

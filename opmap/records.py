@@ -1,0 +1,133 @@
+"""The typed op-table record and its validation.
+
+One record per torch API (its qualified name, e.g. ``torch.cuda.synchronize``; ``Tensor.cuda`` for a
+method; a trailing ``.*`` makes a prefix record that covers every name below it). The record says
+what the API becomes on an NPU and, when it cannot simply be migrated, the fallback plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import yaml
+
+from opmap.yaml_source import SchemaError, check_keys, line_of, mapping_items, plain
+
+STATUSES = ("native", "rename", "fused", "fallback", "unsupported")
+PLANS = ("cpu", "composite", "custom-kernel", "replace-library", "manual")
+DTYPES = ("float32", "float16", "bfloat16")
+CODE_RE = re.compile(r"^NPU\d{3}$")
+API_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(\.\*)?$")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    plan: str  # one of PLANS
+    detail: str  # what the user should do, concretely
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    api: str
+    status: str
+    code: Optional[str] = None
+    target: Optional[str] = None
+    summary: str = ""
+    args: Dict[str, str] = field(default_factory=dict)  # original argument name -> NPU argument name
+    preconditions: Tuple[str, ...] = ()
+    tolerance: Dict[str, Tolerance] = field(default_factory=dict)
+    fallback: Optional[Fallback] = None
+    source: str = ""  # "file:line" the record came from (for ``migrate ops show``)
+
+    @property
+    def is_prefix(self) -> bool:
+        return self.api.endswith(".*")
+
+
+_RECORD_KEYS = {"api", "status", "code", "target", "summary", "args", "preconditions", "tolerance", "fallback"}
+
+
+def _str(path: Path, node: yaml.Node, what: str) -> str:
+    value = plain(node)
+    if not isinstance(value, str) or not value.strip():
+        raise SchemaError(path, line_of(node), f"{what} must be a non-empty string")
+    return value
+
+
+def _fallback(path: Path, node: yaml.Node) -> Fallback:
+    keys = check_keys(path, node, {"plan", "detail"}, ("plan", "detail"), "fallback")
+    plan = _str(path, keys["plan"], "fallback.plan")
+    if plan not in PLANS:
+        raise SchemaError(path, line_of(keys["plan"]), f"fallback.plan {plan!r} is not one of {', '.join(PLANS)}")
+    return Fallback(plan, _str(path, keys["detail"], "fallback.detail"))
+
+
+def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
+    result = {}
+    for dtype, key_node, value_node in mapping_items(path, node, "tolerance"):
+        if dtype not in DTYPES:
+            raise SchemaError(path, line_of(key_node), f"tolerance dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        keys = check_keys(path, value_node, {"rtol", "atol", "reason"}, ("rtol", "atol", "reason"), f"tolerance.{dtype}")
+        numbers = {}
+        for name in ("rtol", "atol"):
+            value = plain(keys[name])
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise SchemaError(path, line_of(keys[name]), f"tolerance.{dtype}.{name} must be a non-negative number")
+            numbers[name] = float(value)
+        result[dtype] = Tolerance(numbers["rtol"], numbers["atol"], _str(path, keys["reason"], f"tolerance.{dtype}.reason"))
+    return result
+
+
+def parse_record(path: Path, node: yaml.Node) -> OpRecord:
+    """Validate one record node; every problem names ``path:line``."""
+    keys = check_keys(path, node, _RECORD_KEYS, ("api", "status"), "op record")
+    api = _str(path, keys["api"], "api")
+    if not API_RE.match(api):
+        raise SchemaError(path, line_of(keys["api"]), f"api {api!r} is not a dotted qualified name (optionally ending in .*)")
+    where = f"record {api!r}"
+    status = _str(path, keys["status"], "status")
+    if status not in STATUSES:
+        raise SchemaError(path, line_of(keys["status"]), f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
+    code = _str(path, keys["code"], "code") if "code" in keys else None
+    if code is not None and not CODE_RE.match(code):
+        raise SchemaError(path, line_of(keys["code"]), f"{where}: code {code!r} must look like NPU123")
+    if status != "native" and code is None:
+        raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a diagnostic code")
+    target = _str(path, keys["target"], "target") if "target" in keys else None
+    if status in ("rename", "fused") and target is None:
+        raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a target")
+    fallback = _fallback(path, keys["fallback"]) if "fallback" in keys else None
+    if status in ("fallback", "unsupported") and fallback is None:
+        raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a fallback plan (plan + detail)")
+    args = {}
+    if "args" in keys:
+        for name, key_node, value_node in mapping_items(path, keys["args"], "args"):
+            args[name] = _str(path, value_node, f"args.{name}")
+    preconditions = ()
+    if "preconditions" in keys:
+        value = plain(keys["preconditions"])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SchemaError(path, line_of(keys["preconditions"]), f"{where}: preconditions must be a list of strings")
+        preconditions = tuple(value)
+    return OpRecord(
+        api=api,
+        status=status,
+        code=code,
+        target=target,
+        summary=_str(path, keys["summary"], "summary") if "summary" in keys else "",
+        args=args,
+        preconditions=preconditions,
+        tolerance=_tolerance(path, keys["tolerance"]) if "tolerance" in keys else {},
+        fallback=fallback,
+        source=f"{path}:{line_of(node)}",
+    )
