@@ -1,1 +1,81 @@
-"""(placeholder: filled by its issue)"""
+"""``migrate ops list|show NAME|validate FILE``: browse and check the operator table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from migrate import exitcodes
+from migrate.cli.app import app
+from migrate.console import console
+from opmap import SchemaError, load_file, load_table
+
+ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True)
+app.add_typer(ops_app, name="ops")
+
+OpmapOption = typer.Option(None, "--opmap", help="Extra op-table YAML files (extend or override the built-in table).")
+
+
+def _table(extra: Optional[List[Path]]):
+    try:
+        return load_table(extra or ())
+    except SchemaError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(exitcodes.CONFIG_ERROR)
+
+
+@ops_app.command("list")
+def list_ops(
+    status: Optional[str] = typer.Option(None, help="Only records with this status (native, rename, fused, fallback, unsupported)."),
+    code: Optional[str] = typer.Option(None, help="Only records with this diagnostic code."),
+    opmap: Optional[List[Path]] = OpmapOption,
+) -> None:
+    """List the op-table records (one line each)."""
+    table = Table("api", "status", "code", "target / plan", box=None, pad_edge=False)
+    count = 0
+    for record in _table(opmap).records():
+        if (status and record.status != status) or (code and record.code != code.upper()):
+            continue
+        where = record.target or (record.fallback.plan if record.fallback else "")
+        table.add_row(record.api, record.status, record.code or "", where)
+        count += 1
+    console.print(table)
+    console.print(f"{count} records")
+
+
+@ops_app.command("show")
+def show_op(name: str = typer.Argument(..., help="Qualified torch API name, e.g. torch.cuda.synchronize."),
+            opmap: Optional[List[Path]] = OpmapOption) -> None:
+    """Show every field of the record that covers NAME."""
+    record = _table(opmap).get(name)
+    if record is None:
+        console.print(f"[red]no op-table record covers {name}[/]")
+        raise typer.Exit(exitcodes.CONFIG_ERROR)
+    rows = [("api", record.api), ("status", record.status), ("code", record.code), ("target", record.target),
+            ("summary", record.summary), ("defined at", record.source)]
+    rows += [(f"args.{k}", v) for k, v in record.args.items()]
+    rows += [("precondition", p) for p in record.preconditions]
+    rows += [(f"tolerance.{d}", f"rtol={t.rtol:g} atol={t.atol:g} ({t.reason})") for d, t in record.tolerance.items()]
+    if record.fallback:
+        rows += [("fallback.plan", record.fallback.plan), ("fallback.detail", record.fallback.detail)]
+    for key, value in rows:
+        if value:
+            console.print(f"[bold]{key}[/]: {value}")
+
+
+@ops_app.command("validate")
+def validate(files: List[Path] = typer.Argument(..., help="Op-table YAML files to check.")) -> None:
+    """Check op-table files against the schema; problems are printed as file:line: problem."""
+    failed = False
+    for path in files:
+        try:
+            records = load_file(path)
+        except SchemaError as exc:
+            console.print(f"[red]{exc}[/]")
+            failed = True
+        else:
+            console.print(f"{path}: {len(records)} records OK")
+    raise typer.Exit(exitcodes.CONFIG_ERROR if failed else exitcodes.OK)

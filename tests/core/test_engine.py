@@ -1,0 +1,107 @@
+import libcst as cst
+import libcst.matchers as m
+
+from migrate.engine import Engine
+from migrate.rules.base import ImportSpec, Rule
+from opmap import Fallback, OpRecord, OpTable
+
+TABLE = OpTable([OpRecord("torch.float64", "unsupported", code="NPU901", summary="no float64 on NPU",
+                          fallback=Fallback("manual", "use float32"))])
+
+
+class RenameCuda(Rule):
+    code = "NPU900"
+    name = "test-rename"
+    summary = "x.cuda() -> x.npu()"
+    triggers = (b".cuda(",)
+
+    def visit_Call(self, node):
+        if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))):
+            self.rewrite(node.func.attr, cst.Name("npu"), "renamed", target="Tensor.npu", imports=[ImportSpec("torch_npu")])
+
+
+class ReportFloat64(Rule):
+    code = "NPU901"
+    name = "test-report"
+    summary = "report float64"
+    triggers = (b"float64",)
+
+    def visit_Attribute(self, node):
+        api, record = self.lookup(node)
+        if record is not None:
+            self.report_record(node, record, api)
+
+
+class WrapCalls(Rule):
+    """Wraps every call to ``wrap`` in ``outer(...)``: composes with fixes inside the call."""
+
+    code = "NPU902"
+    name = "test-wrap"
+    summary = "wrap"
+    triggers = (b"wrap(",)
+
+    def visit_Call(self, node):
+        if m.matches(node.func, m.Name("wrap")):
+            self.rewrite(node, lambda updated: cst.Call(cst.Name("outer"), [cst.Arg(updated)]), "wrapped",
+                         target="outer", helpers=["npu_glue"])
+
+
+class Crash(Rule):
+    code = "NPU903"
+    name = "test-crash"
+    summary = "crashes"
+    triggers = (b"boom",)
+
+    def visit_Name(self, node):
+        if node.value == "boom":
+            raise ValueError("kaboom")
+
+
+def engine(*rules, enabled=lambda code: True):
+    return Engine(TABLE, rules, enabled)
+
+
+def test_rewrites_keep_comments_and_add_the_import():
+    src = b"import torch\n\n# keep me\ny = x.cuda()  # and me\n"
+    result = engine(RenameCuda).migrate("m.py", src)
+    assert result.status == "changed"
+    assert result.migrated == "import torch\nimport torch_npu\n\n# keep me\ny = x.npu()  # and me\n"
+    (finding,) = result.findings
+    assert (finding.line, finding.col, finding.action, finding.target) == (4, 6, "rewritten", "Tensor.npu")
+
+
+def test_reported_site_carries_the_record_fallback_and_position():
+    result = engine(ReportFloat64).migrate("m.py", b"import torch as T\n\nx = T.zeros(1, dtype=T.float64)\n")
+    assert result.status == "unchanged"
+    (finding,) = result.findings
+    assert (finding.code, finding.api, finding.line, finding.col) == ("NPU901", "torch.float64", 3, 21)
+    assert finding.fallback.plan == "manual"
+
+
+def test_nested_fixes_compose_and_helpers_are_imported():
+    result = engine(RenameCuda, WrapCalls).migrate("pkg/m.py", b"y = wrap(x.cuda())\n", in_package=True)
+    assert "y = outer(wrap(x.npu()))" in result.migrated
+    assert "from . import npu_glue" in result.migrated
+    assert result.helpers == ["npu_glue"]
+    plain = engine(WrapCalls).migrate("m.py", b"y = wrap(1)\n", in_package=False)
+    assert "import npu_glue" in plain.migrated and "from ." not in plain.migrated
+
+
+def test_prefilter_skips_files_no_rule_can_touch():
+    assert engine(RenameCuda).migrate("m.py", b"import os\n").status == "skipped"
+
+
+def test_bad_files_become_error_results():
+    bad_syntax = engine(RenameCuda).migrate("a.py", b"x.cuda(\n")
+    assert bad_syntax.status == "error" and bad_syntax.error.startswith("a.py:") and "NPU001" in bad_syntax.error
+    latin1 = engine(RenameCuda).migrate("b.py", "x.cuda()  # caf\xe9\n".encode("latin-1"))
+    assert latin1.status == "error" and "NPU002" in latin1.error and "UTF-8" in latin1.error
+    crash = engine(Crash).migrate("c.py", b"boom = 1\n")
+    assert crash.status == "error" and "Crash (NPU903) crashed: ValueError: kaboom" in crash.error
+
+
+def test_disabled_codes_neither_report_nor_rewrite():
+    result = engine(RenameCuda, ReportFloat64, enabled=lambda code: code != "NPU900").migrate(
+        "m.py", b"import torch\nx.cuda(torch.float64)\n")
+    assert result.status == "unchanged"
+    assert [f.code for f in result.findings] == ["NPU901"]

@@ -1,0 +1,63 @@
+import libcst as cst
+import pytest
+
+from migrate.names import NameResolver
+
+
+def _calls(src):
+    module = cst.parse_module(src)
+    resolver = NameResolver(module)
+    found = []
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Call(self, node):
+            found.append((module.code_for_node(node.func), resolver.qualified_name(node.func)))
+
+    module.visit(Visitor())
+    return found
+
+
+@pytest.mark.parametrize(
+    "src, expected",
+    [
+        ("import torch as T\nT.cuda.synchronize()", "torch.cuda.synchronize"),
+        ("import torch.nn.functional as F\nF.softmax(x)", "torch.nn.functional.softmax"),
+        ("import torch.nn.functional\ntorch.nn.functional.softmax(x)", "torch.nn.functional.softmax"),
+        ("from torch import cuda\ncuda.synchronize()", "torch.cuda.synchronize"),
+        ("from torch.cuda import synchronize as sync\nsync()", "torch.cuda.synchronize"),
+        ("def f():\n    import torch\n    torch.cuda.synchronize()", "torch.cuda.synchronize"),
+        ("try:\n    import torch\nexcept ImportError:\n    pass\ntorch.cuda.synchronize()", "torch.cuda.synchronize"),
+    ],
+)
+def test_aliases_resolve(src, expected):
+    assert _calls(src)[-1][1] == expected
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "def synchronize():\n    pass\nsynchronize()",  # a user function sharing the name
+        "cuda = make_device()\ncuda.synchronize()",  # a local variable
+        "from .torch import cuda\ncuda.synchronize()",  # relative import of a user module
+        "x.cuda()",  # a method on an unknown object is not a qualified name
+    ],
+)
+def test_look_alikes_do_not_resolve(src):
+    assert _calls(src)[-1][1] is None
+
+
+def test_shadowed_import_falls_back_to_exact_scopes():
+    src = (
+        "import torch.nn.functional as F\n"
+        "def a(x):\n    return F.softmax(x)\n"
+        "def b(F):\n    return F.softmax(1)\n"
+    )
+    assert [q for _, q in _calls(src)] == ["torch.nn.functional.softmax", None]
+
+
+def test_conflicting_imports_of_one_name_use_the_scope_at_the_site():
+    src = (
+        "def a():\n    import numpy as np\n    np.zeros(1)\n"
+        "def b():\n    import torch as np\n    np.zeros(1)\n"
+    )
+    assert [q for _, q in _calls(src)] == ["numpy.zeros", "torch.zeros"]
