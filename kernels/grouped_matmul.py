@@ -39,7 +39,7 @@ def _as_list(tensors, name: str) -> list:
 def _group_sizes(group_list, group_list_type: int, groups: int, m: int) -> list:
     """Per-group row counts from ``group_list`` (a tensor, or the int list of the ``.List`` overload)."""
     if isinstance(group_list, torch.Tensor):
-        require(group_list.dtype in (torch.int64, torch.int32), _OP, "group_list must be an int64 tensor")
+        require(group_list.dtype in (torch.int64, torch.int32), _OP, "group_list must be an integer (int64) tensor")
         values = [int(v) for v in group_list.reshape(-1).tolist()]
     else:
         values = [int(v) for v in group_list]
@@ -77,13 +77,15 @@ def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiqua
         ws = list(ws[0].unbind(0))  # one [E, K, N] tensor = E weights
     if len(bs) == 1 and bs[0].dim() == 2 and len(ws) > 1:
         bs = list(bs[0].unbind(0))
-    check_dtypes(_OP, FLOATS, **{f"x[{i}]": t for i, t in enumerate(xs)}, **{f"weight[{i}]": t for i, t in enumerate(ws)})
-    check_same_dtype(_OP, x=xs[0], weight=ws[0])
+    named = {**{f"x[{i}]": t for i, t in enumerate(xs)}, **{f"weight[{i}]": t for i, t in enumerate(ws)}}
+    check_dtypes(_OP, FLOATS, **named)
+    check_same_dtype(_OP, **named)
     dtype = xs[0].dtype
     for i, b in enumerate(bs):
         require(b.dtype in (dtype, torch.float32), _OP, f"bias[{i}] must be x's dtype or float32")
     require(split_item in (0, 1, 2, 3), _OP, f"split_item must be 0, 1, 2 or 3, got {split_item}")
-    require(act_type in _ACTIVATIONS, _OP, f"act_type {act_type} is not emulated (0 none, 1 relu, 2 gelu_tanh, 4 fast_gelu, 5 silu)")
+    require(act_type in _ACTIVATIONS, _OP,
+            f"act_type {act_type} is not emulated (0 none, 1 relu, 2 gelu_tanh, 4 fast_gelu, 5 silu)")
 
     unrouted_rows = 0  # rows of x past the last group: left unwritten by the kernel, zero here
     if group_type in (None, -1):

@@ -17,10 +17,11 @@ from kernels.registry import npu_op
 def _check_weights(op: str, x: torch.Tensor, **weights) -> None:
     check_dtypes(op, FLOATS, **weights)
     for name, w in weights.items():
-        require(
-            w is None or w.dtype in (x.dtype, torch.float32), op,
-            f"{name} dtype {str(w.dtype).replace('torch.', '')} must be x's dtype or float32",
-        )
+        if w is not None:
+            require(
+                w.dtype in (x.dtype, torch.float32), op,
+                f"{name} dtype {str(w.dtype).replace('torch.', '')} must be x's dtype or float32",
+            )
 
 
 @npu_op
@@ -54,7 +55,8 @@ def npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-05, additional_output=Fal
     check_same_dtype(op, x1=x1, x2=x2)
     require(x1.shape == x2.shape, op, f"x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must have the same shape")
     _check_weights(op, x1, gamma=gamma, beta=beta)
-    require(gamma.shape == beta.shape, op, f"gamma {tuple(gamma.shape)} and beta {tuple(beta.shape)} must have the same shape")
+    require(gamma.shape == beta.shape, op,
+            f"gamma {tuple(gamma.shape)} and beta {tuple(beta.shape)} must have the same shape")
     dims = norm_dims(op, x1, gamma)
     x = x1.float() + x2.float()
     var, mean = torch.var_mean(x, dim=dims, correction=0, keepdim=True)

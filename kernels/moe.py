@@ -49,7 +49,7 @@ def npu_moe_gating_top_k_softmax(x, finished=None, k=1):
     if finished is not None:
         expert_idx = expert_idx.masked_fill(finished.unsqueeze(-1), num_experts)
     rows = x.numel() // num_experts
-    row_idx = torch.arange(k, device=x.device).mul(rows) + torch.arange(rows, device=x.device).unsqueeze(1)
+    row_idx = torch.arange(k, device=x.device) * rows + torch.arange(rows, device=x.device).unsqueeze(1)
     return y.to(x.dtype), expert_idx, row_idx.to(torch.int32).reshape(expert_idx.shape)
 
 
@@ -71,7 +71,8 @@ def npu_moe_init_routing(x, row_idx, expert_idx, active_num):
         expert_idx.dim() == 2 and expert_idx.shape[0] == num_rows and row_idx.shape == expert_idx.shape, op,
         f"row_idx {tuple(row_idx.shape)} and expert_idx {tuple(expert_idx.shape)} must both be (num_rows={num_rows}, k)",
     )
-    require(isinstance(active_num, int) and active_num >= 0, op, f"active_num must be a non-negative int, got {active_num!r}")
+    require(isinstance(active_num, int) and active_num >= 0, op,
+            f"active_num must be a non-negative int, got {active_num!r}")
     k = expert_idx.shape[1]
     flat_rows = row_idx.reshape(-1).long()
     require(
@@ -115,7 +116,8 @@ def npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales,
     )
     for name, t, shape in (("skip1", skip1, (num_rows, hidden)), ("skip2", skip2, (num_rows, hidden)),
                            ("scales", scales, (num_rows, slots))):
-        require(t is None or tuple(t.shape) == shape, op, f"{name} must have shape {shape}, got {tuple(t.shape) if t is not None else None}")
+        if t is not None:
+            require(tuple(t.shape) == shape, op, f"{name} must have shape {shape}, got {tuple(t.shape)}")
     # gathered[i, j] = rows[src_to_dst[i + j * num_rows]]
     gathered = rows.float()[expanded_src_to_dst_row.long()].view(slots, num_rows, hidden).transpose(0, 1)
     if bias is not None:

@@ -44,7 +44,8 @@ def npu_rotary_mul(self, r1, r2, rotary_mode='half', rotate=None):
     x = self
     check_dtypes(op, FLOATS, self=x, r1=r1, r2=r2, rotate=rotate)
     check_same_dtype(op, self=x, r1=r1, r2=r2)
-    require(rotary_mode in ("half", "interleave"), op, f"rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
+    require(rotary_mode in ("half", "interleave"), op,
+            f"rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
     require(x.dim() == 4, op, f"self must be 4-D (BNSD, BSND or SBND), got {x.dim()}-D")
     d = x.shape[-1]
     require(d % 2 == 0 and d < 896, op, f"head dim D must be even and < 896, got {d}")
@@ -86,7 +87,8 @@ def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='h
     require(d in (64, 128), op, f"head dim D must be 64 or 128, got {d}")
     require(key.shape[-1] == d, op, f"key head dim {key.shape[-1]} must equal query head dim {d}")
     lead = tuple(query.shape[:-2])  # (B, S) or (T,)
-    require(tuple(key.shape[:-2]) == lead, op, f"key {tuple(key.shape)} must share {layout[:-2]} with query {tuple(query.shape)}")
+    require(tuple(key.shape[:-2]) == lead, op,
+            f"key {tuple(key.shape)} must share {layout[:-2]} with query {tuple(query.shape)}")
     rope_shape = lead + (1, d)
     for name, t in (("cos", cos), ("sin", sin)):
         require(

@@ -20,7 +20,8 @@ _MASKED_LOGIT = -10000.0
 def npu_scaled_masked_softmax(x, mask, scale=1, fixed_triu_mask=False):
     op = "npu_scaled_masked_softmax"
     check_dtypes(op, FLOATS, x=x)
-    require(mask.dtype == torch.bool, op, f"mask must be bool (True = masked), got {str(mask.dtype).replace('torch.', '')}")
+    require(mask.dtype == torch.bool, op,
+            f"mask must be bool (True = masked), got {str(mask.dtype).replace('torch.', '')}")
     require(fixed_triu_mask is False, op, "fixed_triu_mask is a reserved parameter; only False is supported")
     require(x.dim() == 4, op, f"x must be 4-D (viewed as NCHW), got {x.dim()}-D")
     for name, size in (("H", x.shape[-2]), ("W", x.shape[-1])):

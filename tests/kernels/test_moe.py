@@ -1,0 +1,165 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels._checks import NpuOpError
+from kernels.grouped_matmul import npu_grouped_matmul
+from kernels.moe import npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing
+from tests.kernels.tolerances import DTYPES, assert_close
+
+NUM_ROWS, E, K, H = 6, 8, 2, 16
+
+
+def mixtral_router(logits, top_k):
+    """MixtralSparseMoeBlock: softmax in float32, then top-k (renormalisation comes after, separately)."""
+    weights = F.softmax(logits, dim=-1, dtype=torch.float)
+    return torch.topk(weights, top_k, dim=-1)
+
+
+# --- npu_moe_gating_top_k_softmax -----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gating_matches_router_without_renormalisation(dtype):
+    logits = torch.randn(NUM_ROWS, E).to(dtype)
+    y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(logits, k=K)
+    ref_w, ref_idx = mixtral_router(logits, K)
+    assert y.dtype == dtype and expert_idx.dtype == row_idx.dtype == torch.int32
+    assert y.shape == expert_idx.shape == row_idx.shape == (NUM_ROWS, K)
+    assert_close(y, ref_w.to(dtype))
+    assert torch.equal(expert_idx, ref_idx.int())
+    assert (y.float().sum(-1) < 0.999).all(), "weights must not be renormalised"
+
+
+def test_row_idx_convention():
+    _, _, row_idx = npu_moe_gating_top_k_softmax(torch.randn(3, 4), k=2)
+    assert row_idx.tolist() == [[0, 3], [1, 4], [2, 5]]  # row_idx[i, j] = j * num_rows + i
+
+
+def test_gating_3d_and_finished_rows():
+    logits = torch.randn(2, 3, E)
+    finished = torch.tensor([[False, True, False], [False, False, True]])
+    y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(logits, finished, k=3)
+    ref_w, ref_idx = mixtral_router(logits, 3)
+    torch.testing.assert_close(y, ref_w)
+    assert (expert_idx[finished] == E).all() and torch.equal(expert_idx[~finished], ref_idx[~finished].int())
+    assert row_idx.shape == (2, 3, 3) and row_idx[1, 2, 2].item() == 2 * 6 + 5
+
+
+@pytest.mark.parametrize("x, k, message", [
+    (torch.randn(4, E), 0, "0 < k"),
+    (torch.randn(4, E), E + 1, "0 < k"),
+    (torch.randn(1, 1100), 1025, "1024"),
+    (torch.randn(E), 1, "2-D or 3-D"),
+    (torch.randn(4, E, dtype=torch.float64), 1, "float64"),
+])
+def test_gating_constraints(x, k, message):
+    with pytest.raises(NpuOpError, match=message):
+        npu_moe_gating_top_k_softmax(x, k=k)
+
+
+def test_gating_has_no_backward():
+    with pytest.raises(NpuOpError, match="no backward"):
+        npu_moe_gating_top_k_softmax(torch.randn(4, E, requires_grad=True), k=2)
+
+
+# --- npu_moe_init_routing / npu_moe_finalize_routing ----------------------------------------
+
+def routing_inputs():
+    torch.manual_seed(1)
+    x = torch.randn(NUM_ROWS, H)
+    _, expert_idx, row_idx = npu_moe_gating_top_k_softmax(torch.randn(NUM_ROWS, E), k=K)
+    return x, row_idx, expert_idx
+
+
+def test_init_routing_sorts_slots_by_expert():
+    x, row_idx, expert_idx = routing_inputs()
+    expanded_x, expanded_row_idx, expanded_expert_idx = npu_moe_init_routing(x, row_idx, expert_idx, NUM_ROWS)
+    # reference: walk experts in order, and within one expert the flattened (row, slot) positions in order
+    order = [p for e in range(E) for p in range(NUM_ROWS * K) if expert_idx.view(-1)[p] == e]
+    sorted_rows = [int(row_idx.view(-1)[p]) for p in order]
+    assert expanded_expert_idx.dtype == expanded_row_idx.dtype == torch.int32
+    assert expanded_expert_idx.tolist() == [int(expert_idx.view(-1)[p]) for p in order]
+    assert torch.equal(expanded_x, x[[r % NUM_ROWS for r in sorted_rows]])
+    for dst, src in enumerate(sorted_rows):
+        assert expanded_row_idx[src] == dst
+
+
+def test_init_routing_active_num_truncates():
+    x, row_idx, expert_idx = routing_inputs()
+    full = npu_moe_init_routing(x, row_idx, expert_idx, NUM_ROWS)[0]
+    part = npu_moe_init_routing(x, row_idx, expert_idx, 2)[0]
+    assert part.shape == (2 * K, H) and torch.equal(part, full[: 2 * K])
+
+
+def test_init_routing_wants_int32():
+    x, row_idx, expert_idx = routing_inputs()
+    with pytest.raises(NpuOpError, match="int32"):
+        npu_moe_init_routing(x, row_idx.long(), expert_idx, NUM_ROWS)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_finalize_routing_formula(dtype):
+    rows = torch.randn(NUM_ROWS * K, H).to(dtype)
+    skip1, skip2 = torch.randn(NUM_ROWS, H).to(dtype), torch.randn(NUM_ROWS, H).to(dtype)
+    bias, scales = torch.randn(E, H).to(dtype), torch.rand(NUM_ROWS, K).to(dtype)
+    src_to_dst = torch.randperm(NUM_ROWS * K).int()
+    experts = torch.randint(0, E, (NUM_ROWS, K), dtype=torch.int32)
+    out = npu_moe_finalize_routing(rows, skip1, skip2, bias, scales, src_to_dst, experts)
+    ref = torch.zeros(NUM_ROWS, H)
+    for i in range(NUM_ROWS):
+        ref[i] = skip1[i].float() + skip2[i].float()
+        for j in range(K):
+            ref[i] += scales[i, j].float() * (rows[src_to_dst[i + j * NUM_ROWS]].float() + bias[experts[i, j]].float())
+    assert out.shape == (NUM_ROWS, H)
+    assert_close(out, ref.to(dtype))
+
+
+def test_finalize_routing_without_optional_inputs():
+    rows = torch.randn(NUM_ROWS * K, H)
+    src_to_dst = torch.arange(NUM_ROWS * K, dtype=torch.int32)
+    out = npu_moe_finalize_routing(rows, None, None, None, None, src_to_dst, None, k=K)
+    torch.testing.assert_close(out, rows.view(K, NUM_ROWS, H).sum(0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(skip1=torch.zeros(NUM_ROWS, H)), "skip2 is None"),
+    (dict(drop_pad_mode=1), "drop_pad_mode"),
+    (dict(src_to_dst=torch.arange(NUM_ROWS * K)), "int32"),
+    (dict(bias=torch.zeros(E, H)), "export_for_source_row"),
+])
+def test_finalize_routing_constraints(kwargs, message):
+    args = dict(skip1=None, bias=None, src_to_dst=torch.arange(NUM_ROWS * K, dtype=torch.int32), drop_pad_mode=0)
+    args.update(kwargs)
+    with pytest.raises(NpuOpError, match=message):
+        npu_moe_finalize_routing(torch.randn(NUM_ROWS * K, H), args["skip1"], None, args["bias"],
+                                 torch.ones(NUM_ROWS, K), args["src_to_dst"], None, args["drop_pad_mode"])
+
+
+def test_routing_has_no_backward():
+    x, row_idx, expert_idx = routing_inputs()
+    with pytest.raises(NpuOpError, match="no backward"):
+        npu_moe_init_routing(x.requires_grad_(), row_idx, expert_idx, NUM_ROWS)
+
+
+def test_full_moe_block_matches_per_expert_loop():
+    """gating -> init_routing -> grouped_matmul -> finalize_routing == the Mixtral expert loop."""
+    torch.manual_seed(2)
+    x, logits = torch.randn(NUM_ROWS, H), torch.randn(NUM_ROWS, E)
+    experts = [torch.nn.Linear(H, H, bias=False) for _ in range(E)]  # weight [N, K]
+    with torch.no_grad():
+        weights, ref_idx = mixtral_router(logits, K)
+        weights = weights / weights.sum(-1, keepdim=True)  # Mixtral renormalises itself
+        ref = torch.zeros(NUM_ROWS, H)
+        for i in range(NUM_ROWS):
+            for j in range(K):
+                ref[i] += weights[i, j] * experts[ref_idx[i, j]](x[i])
+
+        y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(logits, k=K)
+        y = y / y.sum(-1, keepdim=True)
+        expanded_x, expanded_row_idx, expanded_expert_idx = npu_moe_init_routing(x, row_idx, expert_idx, NUM_ROWS)
+        counts = torch.bincount(expanded_expert_idx.long(), minlength=E)
+        w = torch.stack([e.weight.t() for e in experts])  # [E, K, N]
+        out = npu_grouped_matmul([expanded_x], [w], group_list=counts, group_type=0, group_list_type=1,
+                                 split_item=2)[0]
+        final = npu_moe_finalize_routing(out, None, None, None, y, expanded_row_idx, expert_idx)
+    torch.testing.assert_close(final, ref)

@@ -1,0 +1,114 @@
+import pytest
+import torch
+
+from kernels._checks import NpuOpError
+from kernels.rms_norm import npu_add_rms_norm, npu_gemma_rms_norm, npu_rms_norm
+from tests.kernels.tolerances import DTYPES, assert_close
+
+
+# --- independent references: the Hugging Face modules these ops replace ---------------------
+
+def llama_rms_norm(hidden_states, weight, eps=1e-6):
+    """LlamaRMSNorm.forward."""
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + eps)
+    return weight * hidden_states.to(input_dtype)
+
+
+def gemma_rms_norm(x, weight, eps=1e-6):
+    """GemmaRMSNorm.forward: the weight is stored as an offset from 1."""
+    output = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    output = output * (1.0 + weight.float())
+    return output.type_as(x)
+
+
+def inputs(dtype, shape=(2, 5, 32)):
+    return torch.randn(*shape).to(dtype), (1 + 0.1 * torch.randn(shape[-1])).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_matches_llama(dtype):
+    x, w = inputs(dtype)
+    y, rstd = npu_rms_norm(x, w)
+    assert_close(y, llama_rms_norm(x, w))
+    assert rstd.dtype == torch.float32 and rstd.shape == (2, 5, 1)
+    torch.testing.assert_close(rstd, torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_rstd_shape_for_multi_dim_gamma():
+    x, gamma = torch.randn(2, 3, 4, 8), torch.ones(4, 8)
+    y, rstd = npu_rms_norm(x, gamma, epsilon=1e-5)
+    assert rstd.shape == (2, 3, 1, 1) and rstd.dtype == torch.float32
+    ref = x * torch.rsqrt(x.pow(2).mean(dim=(-2, -1), keepdim=True) + 1e-5)
+    torch.testing.assert_close(y, ref)
+
+
+def test_epsilon_matters():
+    """HF configs often use rms_norm_eps=1e-5 while the kernel default is 1e-6: a dropped kwarg shows."""
+    x, w = 1e-3 * torch.randn(4, 16), torch.ones(16)
+    assert not torch.allclose(npu_rms_norm(x, w)[0], npu_rms_norm(x, w, epsilon=1e-5)[0], rtol=1e-3)
+    torch.testing.assert_close(npu_rms_norm(x, w, epsilon=1e-5)[0], llama_rms_norm(x, w, eps=1e-5))
+
+
+def test_gamma_dtype_must_equal_x_dtype():
+    x, w = inputs(torch.bfloat16)
+    with pytest.raises(NpuOpError, match="gamma dtype float32 must equal x dtype bfloat16"):
+        npu_rms_norm(x, w.float())  # HF keeps an fp32 weight with bf16 activations
+
+
+@pytest.mark.parametrize("x, gamma, message", [
+    (torch.randn(2, 8, dtype=torch.float64), torch.ones(8, dtype=torch.float64), "float64"),
+    (torch.randn(8), torch.ones(8), "2 to 8 dims"),
+    (torch.randn(2, 8), torch.ones(4), "trailing dims"),
+])
+def test_rms_norm_constraints(x, gamma, message):
+    with pytest.raises(NpuOpError, match=message):
+        npu_rms_norm(x, gamma)
+
+
+def test_rms_norm_gradients_match_reference():
+    x, w = torch.randn(3, 4, 16, requires_grad=True), (1 + torch.randn(16)).requires_grad_()
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    grad = torch.randn(3, 4, 16)
+    npu_rms_norm(x, w)[0].backward(grad)
+    llama_rms_norm(x_ref, w_ref).backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_returns_y_rstd_sum(dtype):
+    x1, w = inputs(dtype)
+    x2 = torch.randn(x1.shape).to(dtype)
+    y, rstd, x = npu_add_rms_norm(x1, x2, w)
+    residual = x1 + x2  # HF: residual = residual + hidden_states; hidden = norm(residual)
+    assert_close(x, residual)
+    assert_close(y, llama_rms_norm(residual, w))
+    assert rstd.dtype == torch.float32 and rstd.shape == x1.shape[:-1] + (1,)
+
+
+def test_add_rms_norm_has_no_backward():
+    x1, w = inputs(torch.float32)
+    with pytest.raises(NpuOpError, match="no backward"):
+        npu_add_rms_norm(x1.requires_grad_(), x1, w)
+    with torch.no_grad():
+        npu_add_rms_norm(x1, x1, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemma_rms_norm(dtype):
+    x, _ = inputs(dtype)
+    w = (0.1 * torch.randn(x.shape[-1])).to(dtype)
+    y, rstd = npu_gemma_rms_norm(x, w)
+    assert_close(y, gemma_rms_norm(x, w))
+    assert rstd.dtype == torch.float32
+    # the trap: plain rms_norm with Gemma's offset weight is a different function
+    assert not torch.allclose(npu_rms_norm(x, w)[0].float(), y.float(), atol=0.1)
+
+
+def test_gemma_rms_norm_has_no_backward():
+    x, w = inputs(torch.float32)
+    with pytest.raises(NpuOpError, match="no backward"):
+        npu_gemma_rms_norm(x, w.requires_grad_())
