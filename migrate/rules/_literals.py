@@ -1,0 +1,161 @@
+"""Rewriting whole-string literals that name a device (``"cuda:0"``) or a backend (``"nccl"``).
+
+A string is only touched where the code uses it as such: a keyword argument with a known name
+(``device=``, ``backend=``), the first argument of a known function, a value assigned to or
+compared with a variable named like one (``device``, ``args.backend``), a parameter default, or a
+ternary whose two branches are both such strings (``"cuda" if ... else "cpu"``). Strings inside
+larger text (log messages, paths) never match because the whole value must match.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
+
+import libcst as cst
+
+from migrate.rules._table import TORCH_NPU, dotted
+from migrate.rules.base import Rule
+
+
+def string_value(node: cst.CSTNode) -> Optional[str]:
+    """The value of a plain string, or of an f-string with every ``{...}`` read as ``0``."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.FormattedString):
+        text = []
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                text.append(part.value)
+            elif part.format_spec or part.conversion:
+                return None
+            else:
+                text.append("0")
+        return "".join(text)
+    return None
+
+
+def literal_sites(expr: cst.CSTNode, pattern: Pattern) -> Iterator[cst.CSTNode]:
+    """String nodes matching ``pattern`` in ``expr``, looking through ternaries, dicts and sequences."""
+    value = string_value(expr)
+    if value is not None:
+        if pattern.fullmatch(value):
+            yield expr
+    elif isinstance(expr, cst.IfExp):
+        yield from literal_sites(expr.body, pattern)
+        yield from literal_sites(expr.orelse, pattern)
+    elif isinstance(expr, cst.Dict):
+        for element in expr.elements:
+            if isinstance(element, cst.DictElement):
+                yield from literal_sites(element.key, pattern)
+                yield from literal_sites(element.value, pattern)
+    elif isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+        for element in expr.elements:
+            yield from literal_sites(element.value, pattern)
+
+
+def replace_words(node: cst.CSTNode, words: Dict[str, str]) -> cst.CSTNode:
+    def sub(text: str) -> str:
+        return re.sub("|".join(map(re.escape, words)), lambda m: words[m.group(0)], text)
+
+    if isinstance(node, cst.SimpleString):
+        return node.with_changes(value=sub(node.value))
+    parts = [p.with_changes(value=sub(p.value)) if isinstance(p, cst.FormattedStringText) else p for p in node.parts]
+    return node.with_changes(parts=parts)
+
+
+def last_identifier(expr: cst.CSTNode) -> Optional[str]:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
+class LiteralRule(Rule):
+    """Rewrites literals matching ``pattern`` in the positions described in the module docstring."""
+
+    pattern: ClassVar[Pattern]  # a literal to rewrite (whole value)
+    kin: ClassVar[Pattern]  # a literal of the same kind (for "both ternary branches" detection)
+    words: ClassVar[Dict[str, str]]  # substring replacements inside a matching literal
+    keywords: ClassVar[FrozenSet[str]]  # keyword arguments (and dict keys) that take such a literal
+    first_arg_of: ClassVar[FrozenSet[str]]  # functions whose first positional argument takes one
+    hint: ClassVar[Pattern]  # a variable whose (lower-case) name matches this holds such a literal
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._seen: Set[int] = set()
+        imports_torch = any(q.split(".")[0] == "torch" for names in ctx.names.imports.values() for q in names)
+        self._imports = (TORCH_NPU,) if imports_torch else ()
+
+    def takes_first_arg(self, call: cst.Call) -> bool:
+        return dotted(call.func) is not None and self.qualified_name(call.func) in self.first_arg_of
+
+    def named_like(self, expr: cst.CSTNode) -> bool:
+        """``device``, ``self.device``, ``x.device.type``, ``str(device)``, ``dist.get_backend()``."""
+        if isinstance(expr, cst.Call):
+            ident = last_identifier(expr.func)
+            if ident == "str" and expr.args:
+                return self.named_like(expr.args[0].value)
+            return bool(ident) and ident.startswith("get_") and self.hinted(ident)
+        ident = last_identifier(expr)
+        if ident == "type" and isinstance(expr, cst.Attribute):
+            return self.named_like(expr.value)
+        return self.hinted(ident)
+
+    def hinted(self, name: Optional[str]) -> bool:
+        return bool(name) and self.hint.search(name.lower()) is not None
+
+    def fix(self, expr: Optional[cst.CSTNode]) -> None:
+        if expr is None:
+            return
+        for site in literal_sites(expr, self.pattern):
+            if id(site) in self._seen:
+                continue
+            self._seen.add(id(site))
+            before = cst.Module([]).code_for_node(site)
+            after = cst.Module([]).code_for_node(replace_words(site, self.words))
+            self.rewrite(site, lambda updated: replace_words(updated, self.words), f"{before} → {after}",
+                         target=string_value(replace_words(site, self.words)), imports=self._imports)
+
+    # -- positions ------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in self.keywords:
+                self.fix(arg.value)
+        if positional and self.takes_first_arg(node):
+            self.fix(positional[0].value)
+        if any(self.hinted((string_value(a.value) or "").lstrip("-")) for a in positional):  # add_argument("--device")
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value in ("default", "choices"):
+                    self.fix(arg.value)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if string_value(node.key) in self.keywords:
+            self.fix(node.value)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        branches = [string_value(node.body), string_value(node.orelse)]
+        if all(b is not None and self.kin.fullmatch(b) for b in branches):
+            self.fix(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if any(self.named_like(t.target) for t in node.targets):
+            self.fix(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self.named_like(node.target):
+            self.fix(node.value)
+
+    def visit_Parameters(self, node: cst.Parameters) -> None:
+        for param in (*node.posonly_params, *node.params, *node.kwonly_params):
+            if param.default is not None and self.hinted(param.name.value):
+                self.fix(param.default)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(c.comparator for c in node.comparisons)]
+        if any(self.named_like(o) for o in operands):
+            for operand in operands:
+                self.fix(operand)

@@ -1,0 +1,23 @@
+"""NPU203: ``x.cuda(...)`` → ``x.npu(...)`` (tensors and modules), arguments kept."""
+
+import libcst as cst
+
+from migrate.rules._members import MemberRule
+from migrate.rules._table import TORCH_NPU
+
+
+class CudaMethod(MemberRule):
+    code = "NPU203"
+    name = "cuda-method"
+    summary = ".cuda() → .npu() on tensors and modules"
+    triggers = (b".cuda",)
+    member = "cuda"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        attr = self.called_member(node)
+        record = self.ctx.table.get("Tensor.cuda")
+        if attr is None or record is None or record.status != "rename":
+            return
+        new = record.target.rpartition(".")[2]
+        self.rewrite(attr.attr, cst.Name(new), f".{self.member}() → .{new}()", target=record.target, api=record.api,
+                     imports=[TORCH_NPU])

@@ -1,0 +1,37 @@
+"""NPU202: ``"cuda"``/``"cuda:N"`` device strings → ``"npu"``/``"npu:N"`` where code names a device.
+
+``transfer_to_npu`` rewrites the ``device``, ``device_type``, ``map_location``, ``device_id`` and
+``device_ids`` arguments of torch calls at run time; statically we also follow the literal into the
+variables that carry it (``device = "cuda" if ... else "cpu"``, ``if device.type == "cuda":``).
+"""
+
+import re
+
+import libcst as cst
+
+from migrate.rules._literals import LiteralRule
+from migrate.rules._table import dotted
+
+
+class DeviceString(LiteralRule):
+    code = "NPU202"
+    name = "device-string"
+    summary = 'device string "cuda[:N]" → "npu[:N]"'
+    triggers = (b"cuda",)
+
+    pattern = re.compile(r"cuda(:\d+)?")
+    kin = re.compile(r"(cpu|cuda|mps|meta|npu|xpu|hpu)(:\d+)?")
+    words = {"cuda": "npu"}
+    keywords = frozenset({"device", "device_type", "map_location", "device_id", "device_ids"})
+    first_arg_of = frozenset({
+        "torch.device", "torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.set_default_device",
+        "torch.get_device_module", "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh",
+    })
+    hint = re.compile(r"device|^dev$|_dev$")
+
+    def takes_first_arg(self, call: cst.Call) -> bool:
+        """Also ``x.to("cuda")`` (and ``x.cuda("cuda:1")``) on any receiver that is not an imported module."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "npu"):
+            return dotted(func.value) is None or self.qualified_name(func.value) is None
+        return super().takes_first_arg(call)

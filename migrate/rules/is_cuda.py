@@ -1,0 +1,22 @@
+"""NPU204: ``x.is_cuda`` → ``x.is_npu``."""
+
+import libcst as cst
+
+from migrate.rules._members import MemberRule
+from migrate.rules._table import TORCH_NPU
+
+
+class IsCuda(MemberRule):
+    code = "NPU204"
+    name = "is-cuda"
+    summary = ".is_cuda → .is_npu on tensors"
+    triggers = (b"is_cuda",)
+    member = "is_cuda"
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        record = self.ctx.table.get("Tensor.is_cuda")
+        if not self.is_torch_member(node) or record is None or record.status != "rename":
+            return
+        new = record.target.rpartition(".")[2]
+        self.rewrite(node.attr, cst.Name(new), f".{self.member} → .{new}", target=record.target, api=record.api,
+                     imports=[TORCH_NPU])

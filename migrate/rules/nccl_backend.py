@@ -1,0 +1,24 @@
+"""NPU205: the NCCL collective backend → HCCL: ``"nccl"`` backend strings (also in
+``"cpu:gloo,cuda:nccl"`` and in comparisons with ``get_backend()``), ``is_nccl_available`` and
+``Backend.NCCL`` (op-table renames)."""
+
+import re
+
+from migrate.rules._literals import LiteralRule
+from migrate.rules._table import TableNameRule
+
+_ONE = r"((cpu|cuda):)?(nccl|gloo|mpi|ucc|hccl)"
+
+
+class NcclBackend(TableNameRule, LiteralRule):
+    code = "NPU205"
+    name = "nccl-backend"
+    summary = 'collective backend "nccl" → "hccl"'
+    triggers = (b"nccl", b"NCCL")
+
+    pattern = re.compile(rf"(?=.*nccl){_ONE}(,{_ONE})*")
+    kin = re.compile(rf"{_ONE}(,{_ONE})*")
+    words = {"nccl": "hccl", "cuda": "npu"}
+    keywords = frozenset({"backend"})
+    first_arg_of = frozenset({"torch.distributed.init_process_group", "torch.distributed.Backend"})
+    hint = re.compile(r"backend")

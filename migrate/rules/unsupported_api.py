@@ -1,0 +1,87 @@
+"""NPU102–NPU112: APIs and libraries with no NPU build, reported with the op table's fallback plan.
+
+Table-driven: any name that resolves to an ``unsupported``/``fallback`` record with one of these
+codes is reported where it is used. A third-party library (flash_attn, apex, xformers,
+bitsandbytes, triton, amp_C) is also reported once per file at its first import. The body of a
+function whose decorator is reported (``@triton.jit``, ``@torch.jit.script``) is one site: its
+``tl.*`` calls are not reported one by one.
+"""
+
+from typing import Set
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from migrate.rules._table import REPORTED, TableNameRule, covering_record, dotted
+
+
+class UnsupportedApi(TableNameRule):
+    code = "NPU102"
+    codes = tuple(f"NPU{n}" for n in range(102, 113))
+    name = "unsupported-api"
+    summary = "API or library with no NPU support (reported with a fallback plan)"
+    summaries = {
+        "NPU102": "cuDNN/TF32 switch with no NPU effect (HF32 is the analogue)",
+        "NPU103": "torch.cuda.nvtx markers (use torch_npu.npu.mstx)",
+        "NPU104": "custom CUDA extension (port to Ascend C / TileLang-Ascend)",
+        "NPU105": "Triton kernel (port to TileLang-Ascend / Ascend C, or compose)",
+        "NPU106": "flash_attn (use torch_npu.npu_fusion_attention)",
+        "NPU107": "xformers (use torch_npu.npu_fusion_attention or SDPA)",
+        "NPU108": "apex (torch_npu.optim.NpuFused*, npu_rms_norm, native autocast)",
+        "NPU109": "bitsandbytes (no NPU build)",
+        "NPU110": "torch.nn.DataParallel (use DDP with hccl)",
+        "NPU111": "torch.jit.script (run eagerly or torch.compile)",
+        "NPU112": "channels_last memory format (drop it)",
+    }
+    triggers = (b"cudnn", b"tf32", b"matmul_precision", b"backends.cuda", b"nvtx", b"cpp_extension", b"triton",
+                b"flash_attn", b"xformers", b"apex", b"amp_C", b"bitsandbytes", b"DataParallel", b"jit",
+                b"channels_last")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._libraries: Set[str] = set()  # libraries already reported at an import in this file
+        self._quiet = 0  # > 0 inside a function whose decorator was reported
+
+    def owns(self, record) -> bool:
+        return record.code in self.codes and record.status in REPORTED
+
+    def on_record(self, node, qualified, record, api) -> None:
+        if not self._quiet:
+            super().on_record(node, qualified, record, api)
+
+    # -- third-party imports ----------------------------------------------------------------------
+    def _library_import(self, node: cst.CSTNode, module: str) -> None:
+        library = module.split(".")[0]
+        if library == "torch" or library in self._libraries:
+            return
+        record, _ = covering_record(self.ctx.table, module)
+        if record is not None and self.owns(record):
+            self._libraries.add(library)
+            self.report_record(node, record, module, f"import of {library}: {record.summary}")
+
+    def on_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._library_import(node, get_full_name_for_node(alias.name))
+
+    def on_import_from(self, node: cst.ImportFrom) -> None:
+        if not node.relative and node.module is not None:
+            self._library_import(node, get_full_name_for_node(node.module))
+
+    # -- decorated functions ----------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._quiet:
+            self._quiet += 1
+            return
+        for decorator in node.decorators:
+            target = decorator.decorator
+            target = target.func if isinstance(target, cst.Call) else target
+            qualified = self.qualified_name(target) if dotted(target) else None
+            record = covering_record(self.ctx.table, qualified)[0] if qualified else None
+            if record is not None and self.owns(record):
+                self.on_record(target, qualified, record, record.api)
+                self._quiet = 1
+                return
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._quiet:
+            self._quiet -= 1
