@@ -11,11 +11,10 @@ import traceback
 from typing import Callable, Dict, List, Sequence, Type
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from migrate import diagnostics
 from migrate.findings import FileResult, Finding
+from migrate.imports import add_imports
 from migrate.names import NameResolver
 from migrate.positions import positions
 from migrate.rules.base import FileContext, Fix, ImportSpec, Rule
@@ -81,7 +80,7 @@ class Engine:
         if not ctx.fixes:
             return FileResult(path, "unchanged", findings)
         try:
-            migrated, helpers = self._apply(module, ctx.fixes, in_package)
+            migrated, helpers = self._apply(module, ctx.fixes, in_package, ctx.names)
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return self._error(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
@@ -102,7 +101,7 @@ class Engine:
             placed.append(finding)
         return sorted(placed, key=lambda f: (f.line, f.col, f.code))
 
-    def _apply(self, module: cst.Module, fixes: Dict[int, List[Fix]], in_package: bool):
+    def _apply(self, module: cst.Module, fixes: Dict[int, List[Fix]], in_package: bool, names: NameResolver):
         new_module = module.visit(_ApplyFixes(fixes))
         imports: List[ImportSpec] = []
         helpers: List[str] = []
@@ -113,12 +112,7 @@ class Engine:
                     helpers.append(helper)
                     imports.append(ImportSpec(".", helper) if in_package else ImportSpec(helper))
         if imports:
-            context = CodemodContext()
-            for spec in dict.fromkeys(imports):
-                relative = 1 if spec.module == "." else 0
-                module_name = "" if relative else spec.module
-                AddImportsVisitor.add_needed_import(context, module_name, spec.obj, spec.asname, relative=relative)
-            new_module = new_module.visit(AddImportsVisitor(context))
+            new_module = add_imports(new_module, imports, names)
         return new_module.code, helpers
 
     @staticmethod
