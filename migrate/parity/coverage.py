@@ -2,8 +2,12 @@
 (they would fall back to the CPU on a real NPU) and of any float64 use (no float64 on an NPU).
 
 An aten op counts as a fallback when it is not in ``aten_ops_with_npu_kernels.txt`` (copied from
-the torch-npu 2.14.0 wheel) and has no backend-independent (CompositeExplicitAutograd) kernel:
-such ops, views for example, run on any device. Calls into the emulated ``torch_npu`` fused ops are
+the torch-npu 2.14.0 wheel) and has no backend-independent kernel: a CompositeExplicitAutograd
+kernel (views, for example, run on any device), or the CompositeExplicitAutogradNonFunctional
+kernel of a structured op whose ``.out`` overload has an NPU kernel (it calls that). Ops that a
+composite kernel calls underneath are not seen by the trace. Composite ops that the NPU
+implements as a whole are decomposed for the backing device before the trace sees them; the
+backend-specific ops that decomposition picks are counted as covered (``COVERED_BY_COMPOSITE``). Calls into the emulated ``torch_npu`` fused ops are
 counted as one NPU kernel each; the aten ops they are emulated with are not traced.
 """
 
@@ -19,8 +23,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-_COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 _DOUBLE = (torch.float64, torch.complex128)
+
+# name prefix of ops the backing device picks inside a composite op -> that op, which has an NPU
+# kernel (F.scaled_dot_product_attention becomes _scaled_dot_product_flash_attention_for_cpu here)
+COVERED_BY_COMPOSITE = {"_scaled_dot_product_": "scaled_dot_product_attention"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +46,12 @@ def falls_back(op: torch._ops.OpOverload) -> bool:
     known = npu_kernel_ops()
     if f"{name}.{overload}" in known or (overload == "default" and name in known):
         return False
-    return not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in _COMPOSITE_KEYS)
+    if any(name.startswith(prefix) and op_name in known for prefix, op_name in COVERED_BY_COMPOSITE.items()):
+        return False
+    has_kernel = functools.partial(torch._C._dispatch_has_kernel_for_dispatch_key, op.name())
+    if has_kernel("CompositeExplicitAutograd"):
+        return False
+    return not (has_kernel("CompositeExplicitAutogradNonFunctional") and f"{name}.out" in known)
 
 
 def _op_name(op: torch._ops.OpOverload) -> str:

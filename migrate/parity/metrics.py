@@ -73,7 +73,7 @@ def compare(original: torch.Tensor, migrated: torch.Tensor, rel_err: float = 0.0
     def share(threshold: float) -> float:
         # non-finite elements count as within tolerance only when both sides agree on them
         agreeing_special = (~finite & ~mismatch).sum()
-        return float(((rel < threshold).sum() + agreeing_special) / b.numel())
+        return int((rel < threshold).sum() + agreeing_special) / b.numel()
 
     return Metrics(
         cosine=cosine_similarity(n_f, b_f) if n.numel() > 1 else None,
