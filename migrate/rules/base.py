@@ -89,6 +89,12 @@ class Rule(cst.BatchableCSTVisitor):
             self.ctx.findings.append((node, Finding(code, message, "rewritten", api=api, target=target)))
             self.ctx.fixes.setdefault(id(node), []).append(Fix(node, replacement, tuple(imports), tuple(helpers)))
 
+    def also_fix(self, node: cst.CSTNode, replacement: Replacement, *, code: Optional[str] = None) -> None:
+        """A further edit that belongs to a site already reported with ``rewrite`` (e.g. removing the
+        statement that a fused call made redundant); it has no finding of its own."""
+        if self.ctx.enabled(code or self.code):
+            self.ctx.fixes.setdefault(id(node), []).append(Fix(node, replacement))
+
     def report_record(self, node: cst.CSTNode, record: OpRecord, api: str, message: Optional[str] = None) -> None:
         """Report a site whose op-table record says it cannot be migrated as is."""
         self.report(node, message or record.summary or f"{api} has no NPU equivalent", fallback=record.fallback,

@@ -1,0 +1,432 @@
+"""NPU320/NPU321: hand-written RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm``.
+
+Recognised: a function (or method, with ``self._norm(...)``-style helper methods followed) whose
+straight-line body returns ``x * rsqrt(mean(x², -1, keepdim=True) + eps)`` times an optional weight
+(or Gemma's ``1 + weight``), spelled with ``pow(2)``/``x * x``/``square``/``** 2`` and
+``rsqrt``/``pow(-0.5)``/``** -0.5``/``1 / sqrt``/``/ sqrt``, optionally computed on ``x`` cast to
+float32 and cast back to x's dtype before or after the weight. The function gets a guarded fast
+path at its top; the original body stays as the fallback::
+
+    if npu_guards.rms_norm_fits(x, self.weight):
+        return torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]
+
+Under the guard (weight dtype == x dtype, weight covers the last dim) both compute in float32 and
+return x's dtype. ``F.rms_norm``/``torch.rms_norm`` calls become a guarded conditional expression.
+A function that holds the inverse-RMS core but not in a form above is reported (NPU321) with why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple, Union
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from migrate.rules._dataflow import (
+    Env, Expr, bind, docstring_count, is_true, last_dim, loose_env, number, param_names, pure_code, same,
+    straight_line, walk,
+)
+from migrate.rules._table import TORCH_NPU
+from migrate.rules.base import Rule
+from opmap import Fallback
+
+REPORT = "NPU321"
+HELPER = "npu_guards"
+FLOAT32 = ("torch.float32", "torch.float")
+RMS_NORM_CALLS = ("torch.nn.functional.rms_norm", "torch.rms_norm")
+RMS_NORM_PARAMS = ("input", "normalized_shape", "weight", "eps")
+GENERIC = "not of the form x * rsqrt(mean(x**2, -1, keepdim=True) + eps) * weight"
+PLAN = Fallback(
+    "manual",
+    "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
+    "keepdim=True) + eps) * weight on the last dim and call torch_npu.npu_rms_norm(x, weight, "
+    "epsilon=eps)[0] with weight in x's dtype.",
+)
+
+
+class Mismatch(Exception):
+    """The function is not an RMSNorm the kernel reproduces; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Norm:
+    x: str  # the parameter that is normalised
+    weight: Optional[Expr]
+    eps: Expr
+    gemma: bool
+
+
+class RmsNorm(Rule):
+    code = "NPU320"
+    codes = ("NPU320", REPORT)
+    name = "rms-norm"
+    summary = "hand-written RMSNorm and F.rms_norm → torch_npu.npu_rms_norm (guarded; original kept as fallback)"
+    triggers = (b"sqrt", b"-0.5", b"rms_norm")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._methods: Dict[str, cst.FunctionDef] = {}  # methods of the class being matched
+        self._handled: set = set()  # ids of functions already matched or consumed
+
+    # -- functions and methods ------------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)} \
+            if isinstance(node.body, cst.IndentedBlock) else {}
+        self._methods = methods
+        outcomes = {name: self._match(func) for name, func in methods.items()}
+        consumed = {id(methods[inlined]) for outcome in outcomes.values()
+                    if outcome is not None and isinstance(outcome[0], Norm) for inlined in outcome[1]}
+        for func in methods.values():  # helpers of an already migrated norm stay as they are
+            if self._migrated(func):
+                consumed.update(id(methods[name]) for name in _self_calls(func) if name in methods)
+        for name, func in methods.items():
+            self._handled.add(id(func))
+            if id(func) not in consumed:
+                self._act(func, outcomes[name])
+        self._methods = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if id(node) not in self._handled:
+            self._handled.add(id(node))
+            self._act(node, self._match(node))
+
+    def _match(self, func: cst.FunctionDef) -> Union[None, Tuple[Norm, List[str]], Tuple[str, cst.CSTNode]]:
+        """(Norm, methods it inlined), (reason, node) when the function holds the RMS core in a form
+        the kernel does not reproduce, or None when it is not a norm (or already migrated)."""
+        if self._migrated(func):
+            return None
+        self._inlined: List[str] = []
+        result = straight_line(func)
+        reason = "the norm is not straight-line code (branches, loops or side effects)"
+        if result is not None:
+            try:
+                return self._norm(result, func), list(self._inlined)
+            except Mismatch as exc:
+                reason = exc.reason
+        core = self._core(func)
+        return (reason, core) if core is not None else None
+
+    def _act(self, func: cst.FunctionDef, outcome) -> None:
+        if outcome is None:
+            return
+        first, second = outcome
+        if isinstance(first, str):
+            self.report(second, f"RMSNorm-like code not fused: {first}", fallback=PLAN, code=REPORT)
+        else:
+            self._fast_path(func, first)
+
+    # -- the rewrite --------------------------------------------------------------------------
+    def _fast_path(self, func: cst.FunctionDef, norm: Norm) -> None:
+        module = self.ctx.module
+        x, eps = norm.x, pure_code(norm.eps, module)
+        weight = pure_code(norm.weight, module) if norm.weight is not None else None
+        if norm.gemma:
+            op, guard = "npu_gemma_rms_norm", f"npu_guards.gemma_rms_norm_fits({x}, {weight})"
+        else:
+            op, guard = "npu_rms_norm", f"npu_guards.rms_norm_fits({x}{', ' + weight if weight else ''})"
+        gamma = weight or f"{x}.new_ones({x}.shape[-1])"
+        fast = cst.parse_statement(f"if {guard}:\n    return torch_npu.{op}({x}, {gamma}, epsilon={eps})[0]\n")
+
+        def fix(updated: cst.FunctionDef) -> cst.FunctionDef:
+            body = list(updated.body.body)
+            at = docstring_count(body)
+            return updated.with_changes(body=updated.body.with_changes(body=[*body[:at], fast, *body[at:]]))
+
+        kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
+        self.rewrite(func, fix, f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)",
+                     target=f"torch_npu.{op}", imports=[TORCH_NPU], helpers=[HELPER])
+
+    # -- F.rms_norm ---------------------------------------------------------------------------
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        """A call already migrated stays the fallback of its guard."""
+        if isinstance(node.test, cst.Call) and (get_full_name_for_node(node.test.func) or "").startswith(HELPER + "."):
+            self._handled.add(id(node.orelse))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if id(node) in self._handled:
+            return
+        api, record = self.lookup(node.func)
+        if api not in RMS_NORM_CALLS or record is None or record.code != self.code:
+            return
+        args = bind(node, RMS_NORM_PARAMS)
+        module = self.ctx.module
+        codes = {k: pure_code(Expr(v), module) for k, v in (args or {}).items()}
+        if args is None or "input" not in args or "normalized_shape" not in args or None in codes.values():
+            self.report(node, f"{api}: arguments are not plain names, so the guarded rewrite would evaluate "
+                              "them twice", fallback=PLAN, api=api, code=REPORT)
+            return
+        x, shape = codes["input"], codes["normalized_shape"]
+        weight = codes.get("weight")
+        weight = None if weight == "None" else weight
+        eps = codes.get("eps")
+        # torch's default is the epsilon of the op math type: float32 for float16/bfloat16/float32
+        eps = "npu_guards.FLOAT32_EPS" if eps in (None, "None") else eps
+        gamma = weight or f"{x}.new_ones({shape})"
+        fused = cst.parse_expression(
+            f"(torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0] "
+            f"if npu_guards.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape}) else ORIGINAL)")
+
+        def fix(updated: cst.Call) -> cst.BaseExpression:
+            return fused.with_changes(orelse=updated)
+
+        self.rewrite(node, fix, f"{api} → torch_npu.npu_rms_norm (guarded)", target="torch_npu.npu_rms_norm",
+                     api=api, imports=[TORCH_NPU], helpers=[HELPER])
+
+    # -- matching -----------------------------------------------------------------------------
+    def _migrated(self, func: cst.FunctionDef) -> bool:
+        return any((self.qualified_name(n.func) or "").startswith("torch_npu.") for n in _calls(func))
+
+    def _core(self, func: cst.FunctionDef) -> Optional[cst.CSTNode]:
+        """The first inverse-RMS expression (rsqrt/pow(-0.5)/sqrt of ``mean(x²) + eps``, over any
+        dims) in ``func``, locals followed through every simple assignment in the function."""
+        env = loose_env(func)
+        for node in walk(func.body):
+            if isinstance(node, (cst.Call, cst.BinaryOperation)):
+                try:
+                    if self._inv_rms(Expr(node, env), strict=False) is not None:
+                        return node
+                except Mismatch:
+                    return node
+        return None
+
+    def _value(self, expr: Expr) -> Expr:
+        """``expr`` with locals resolved and ``self.method(args)`` calls replaced by what the method
+        returns (a straight-line method of the same class)."""
+        expr = expr.resolve()
+        node = expr.node
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name):
+            method = self._methods.get(node.func.attr.value)
+            if method is not None and node.func.value.value == "self" and "self" not in expr.env:
+                names = param_names(method)
+                args = bind(node, names, offset=1)
+                if args is not None and len(args) == len(names) - 1:
+                    params: Env = {n: Expr(v, expr.env) for n, v in args.items()}
+                    result = straight_line(method, params)
+                    if result is not None:
+                        self._inlined.append(method.name.value)
+                        return self._value(result)
+        return expr
+
+    def _norm(self, result: Expr, func: cst.FunctionDef) -> Norm:
+        value, outer_cast = self._cast_back(result)
+        operand, eps, inner_cast, multipliers = self._split(self._factors(value))
+        weight, gemma, weight_upcast = None, False, False
+        if len(multipliers) == 1:
+            weight, gemma, weight_upcast = self._weight(multipliers[0])
+        elif multipliers:
+            codes = " * ".join(f"`{self.ctx.module.code_for_node(m.node)}`" for m in multipliers)
+            raise Mismatch(f"the norm is multiplied by {codes}: more than one weight (a gated or scaled norm?)")
+        x, upcast = self._input(operand, func)
+        for cast in (outer_cast, inner_cast):
+            if cast is not None and cast.free_name() != x:
+                raise Mismatch("the result is cast to a dtype other than the input's")
+        if outer_cast is not None and inner_cast is not None:
+            raise Mismatch("the result is cast back twice")
+        if upcast and outer_cast is None and inner_cast is None:
+            raise Mismatch("x is normalised in float32 and never cast back, but the fused kernel returns x's dtype")
+        if weight_upcast and outer_cast is None:
+            raise Mismatch("the weight is applied in float32 and the result is not cast back")
+        if pure_code(eps, self.ctx.module) is None:
+            raise Mismatch("eps is not a constant, a parameter or an attribute")
+        return Norm(x, weight, eps, gemma)
+
+    def _split(self, factors: List[Expr]) -> Tuple[Expr, Expr, Optional[Expr], List[Expr]]:
+        """The normalised part of a product (one factor, or the pair ``x * inv_rms``) and the other
+        factors: (operand, eps, cast-back dtype source, other factors)."""
+        reason = None
+        groups = [[i] for i in range(len(factors))]
+        groups += [[i, j] for i in range(len(factors)) for j in range(i + 1, len(factors))]
+        for group in groups:
+            try:
+                operand, eps, cast = self._normalized([factors[i] for i in group])
+            except Mismatch as exc:
+                reason = exc.reason if exc.reason != GENERIC else reason
+                continue
+            return operand, eps, cast, [f for i, f in enumerate(factors) if i not in group]
+        raise Mismatch(reason or GENERIC)
+
+    def _weight(self, expr: Expr) -> Tuple[Expr, bool, bool]:
+        """(weight, is Gemma's ``1 + weight``, weight cast to float32)."""
+        value = self._value(expr)
+        node = value.node
+        gemma = False
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            for one, other in ((node.left, node.right), (node.right, node.left)):
+                if number(one) == 1:
+                    value, gemma = self._value(value.at(other)), True
+                    break
+        value, upcast = self._upcast(value)
+        if pure_code(value, self.ctx.module) is None or number(value.node) is not None:
+            code = self.ctx.module.code_for_node(expr.node)
+            raise Mismatch(f"the norm is multiplied by `{code}`, not by a weight parameter (a gated norm?)")
+        return value, gemma, upcast
+
+    def _input(self, operand: Expr, func: cst.FunctionDef) -> Tuple[str, bool]:
+        value, upcast = self._upcast(self._value(operand))
+        name = value.free_name()
+        if name is None or name not in param_names(func) or name == "self":
+            node = value.node
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+                raise Mismatch("the mean is subtracted first (a LayerNorm-style norm, not RMSNorm)")
+            raise Mismatch(f"normalises `{self.ctx.module.code_for_node(node)}`, not a parameter of the function")
+        return name, upcast
+
+    def _normalized(self, factors: List[Expr]) -> Tuple[Expr, Expr, Optional[Expr]]:
+        """(operand, eps, cast-back dtype source) for ``operand * inv_rms(operand)``, the product cast
+        back to a dtype, or ``operand / sqrt(mean(operand²) + eps)``."""
+        if len(factors) == 1:
+            value, cast = self._cast_back(factors[0])
+            if cast is not None:
+                operand, eps, inner = self._normalized(self._factors(value))
+                if inner is not None:
+                    raise Mismatch("the result is cast back twice")
+                return operand, eps, cast
+            node = value.node
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+                found = self._sqrt_of_ms(value.at(node.right))
+                if found is not None and same(self._value(found[0]), self._value(value.at(node.left))):
+                    return value.at(node.left), found[1], None
+        elif len(factors) == 2:
+            for operand, inv in (factors, factors[::-1]):
+                found = self._inv_rms(inv)
+                if found is not None and same(self._value(found[0]), self._value(operand)):
+                    return operand, found[1], None
+        raise Mismatch(GENERIC)
+
+    def _factors(self, expr: Expr) -> List[Expr]:
+        """The operands of a chain of ``*`` (locals followed)."""
+        value = self._value(expr)
+        node = value.node
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            return self._factors(value.at(node.left)) + self._factors(value.at(node.right))
+        return [value]
+
+    # -- the inverse RMS ----------------------------------------------------------------------
+    def _inv_rms(self, expr: Expr, strict: bool = True) -> Optional[Tuple[Expr, Expr]]:
+        """(operand, eps) for ``rsqrt(V)``, ``V.pow(-0.5)``, ``V ** -0.5``, ``1 / sqrt(V)`` with
+        ``V = mean(operand²) + eps``; ``strict`` raises Mismatch when the mean is not over the
+        last dim with keepdim."""
+        value = self._value(expr)
+        node = value.node
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Power) and number(node.right) == -0.5:
+                return self._ms_plus_eps(value.at(node.left), strict)
+            if isinstance(node.operator, cst.Divide) and number(node.left) == 1:
+                return self._sqrt_of_ms(value.at(node.right), strict)
+            return None
+        call = self._call(value, ("torch.rsqrt",), "rsqrt", ("input",))
+        if call is not None:
+            return self._ms_plus_eps(call["input"], strict)
+        call = self._call(value, ("torch.pow",), "pow", ("input", "exponent"))
+        if call is not None and "exponent" in call and number(call["exponent"].node) == -0.5:
+            return self._ms_plus_eps(call["input"], strict)
+        return None
+
+    def _sqrt_of_ms(self, expr: Expr, strict: bool = True) -> Optional[Tuple[Expr, Expr]]:
+        call = self._call(self._value(expr), ("torch.sqrt",), "sqrt", ("input",))
+        return self._ms_plus_eps(call["input"], strict) if call is not None else None
+
+    def _ms_plus_eps(self, expr: Expr, strict: bool) -> Optional[Tuple[Expr, Expr]]:
+        value = self._value(expr)
+        node = value.node
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
+            return None
+        for ms, eps in ((node.left, node.right), (node.right, node.left)):
+            operand = self._mean_square(value.at(ms), strict)
+            if operand is not None:
+                return operand, value.at(eps)
+        return None
+
+    def _mean_square(self, expr: Expr, strict: bool) -> Optional[Expr]:
+        call = self._call(self._value(expr), ("torch.mean",), "mean", ("input", "dim", "keepdim"))
+        square = self._square(call["input"]) if call is not None else None
+        if square is None or not strict:
+            return square
+        dim, keepdim = call.get("dim"), call.get("keepdim")
+        if dim is None or not last_dim(dim.node):
+            raise Mismatch("the mean runs over dims other than the last one")
+        if keepdim is None or not is_true(keepdim.node):
+            raise Mismatch("the mean is taken without keepdim=True")
+        return square
+
+    def _square(self, expr: Expr) -> Optional[Expr]:
+        value = self._value(expr)
+        node = value.node
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Power) and number(node.right) == 2:
+                return value.at(node.left)
+            if isinstance(node.operator, cst.Multiply) and same(value.at(node.left), value.at(node.right)):
+                return value.at(node.left)
+            return None
+        call = self._call(value, ("torch.square",), "square", ("input",))
+        if call is not None:
+            return call["input"]
+        call = self._call(value, ("torch.pow",), "pow", ("input", "exponent"))
+        if call is not None and "exponent" in call and number(call["exponent"].node) == 2:
+            return call["input"]
+        return None
+
+    # -- casts --------------------------------------------------------------------------------
+    def _upcast(self, expr: Expr) -> Tuple[Expr, bool]:
+        """(inner, True) for ``e.float()``, ``e.to(torch.float32)``, ``e.type(torch.float32)``."""
+        node = expr.node
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            method, inner = node.func.attr.value, expr.at(node.func.value)
+            if method == "float" and not node.args:
+                return self._value(inner), True
+            if method in ("to", "type") and len(node.args) == 1:
+                arg = node.args[0]
+                if arg.keyword is None or arg.keyword.value in ("dtype",):
+                    if self.qualified_name(arg.value) in FLOAT32:
+                        return self._value(inner), True
+        return expr, False
+
+    def _cast_back(self, expr: Expr) -> Tuple[Expr, Optional[Expr]]:
+        """(inner, the tensor whose dtype it is cast to) for ``e.to(v)`` with ``v = x.dtype``,
+        ``e.to(x.dtype)`` and ``e.type_as(x)``; (expr, None) otherwise."""
+        value = self._value(expr)
+        node = value.node
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and len(node.args) == 1:
+            method, arg = node.func.attr.value, node.args[0]
+            inner = value.at(node.func.value)
+            if method == "type_as" and arg.keyword is None:
+                return inner, self._value(value.at(arg.value))
+            if method == "to" and (arg.keyword is None or arg.keyword.value == "dtype"):
+                dtype = self._value(value.at(arg.value))
+                if isinstance(dtype.node, cst.Attribute) and dtype.node.attr.value == "dtype":
+                    return inner, self._value(dtype.at(dtype.node.value))
+        return value, None
+
+    def _call(self, expr: Expr, functions, method: str, params) -> Optional[Dict[str, Expr]]:
+        """``torch.f(a, ...)`` (a qualified name in ``functions``) or ``a.method(...)``, its arguments
+        by parameter name (``params[0]`` names the tensor)."""
+        node = expr.node
+        if not isinstance(node, cst.Call):
+            return None
+        qualified = self.qualified_name(node.func)
+        if qualified in functions:
+            args = bind(node, params)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == method and qualified is None:
+            args = bind(node, params, offset=1)
+            if args is not None:
+                args[params[0]] = node.func.value
+        else:
+            return None
+        if args is None or params[0] not in args:
+            return None
+        return {k: expr.at(v) for k, v in args.items()}
+
+
+def _self_calls(func: cst.FunctionDef) -> List[str]:
+    """Names of the methods ``func`` calls as ``self.name(...)``."""
+    return [c.func.attr.value for c in _calls(func)
+            if isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self"]
+
+
+def _calls(func: cst.FunctionDef):
+    return [n for n in walk(func.body) if isinstance(n, cst.Call)]
