@@ -22,7 +22,8 @@ The helpers for layouts, masks and sparse modes that the ops share live here too
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterator, Optional, Tuple
 
@@ -33,10 +34,13 @@ from kernels._checks import require
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
 MASKED = -1e30
-#: Key/value block length, and the most score floats one block may hold (16 MiB in float32).
-#: Tuned on a 2-core CPU with ``benchmarks/attention.py``; tests shrink them to force many blocks.
-BLOCK_KV = 512
-SCORE_BLOCK_ELEMENTS = 1 << 22
+#: Key/value block length, and the most score floats one block may hold (32 MiB in float32); the
+#: query block is as tall as that allows (tall blocks keep the matmuls efficient). Tuned on a
+#: 2-core CPU with ``benchmarks/attention.py``. ``BLOCK_Q`` > 0 fixes the query block instead
+#: (tests shrink all three to force many blocks).
+BLOCK_KV = 2048
+SCORE_BLOCK_ELEMENTS = 1 << 23
+BLOCK_Q = 0
 #: Side of the compressed causal mask that sparse modes 2/3/4 take.
 COMPRESSED_MASK_SIZE = 2048
 
@@ -177,8 +181,8 @@ class Problem:
     keep_prob: float = 1.0
     seed: int = 0
     zero_dead_rows: bool = False
-    block_q: int = field(default=0)
-    block_kv: int = field(default=0)
+    block_q: int = 0  # 0: chosen by attention() from the module settings
+    block_kv: int = 0
 
 
 def _blocks(n: int, size: int) -> Iterator[Tuple[int, int]]:
@@ -199,11 +203,13 @@ def _keep_mask(p: Problem, qi: int, ki: int, shape) -> torch.Tensor:
     return keep.to(torch.float32).div_(p.keep_prob)
 
 
-def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5) -> Optional[torch.Tensor]:
-    """Scaled, biased, masked float32 logits of one block; None when the band masks all of it."""
+def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5, buf) -> Optional[torch.Tensor]:
+    """Scaled, biased, masked float32 logits of one block, written into ``buf`` (reused so that no
+    block pays for a fresh allocation); None when the band masks the whole block."""
     if p.band is not None and p.band.masks_all(q0, q1, k0, k1):
         return None
-    s = torch.matmul(qb, k[:, :, k0:k1].transpose(-1, -2)).view(shape5)
+    flat = qb.shape[:3] + (k1 - k0,)
+    s = torch.matmul(qb, k[:, :, k0:k1].transpose(-1, -2), out=buf[: math.prod(flat)].view(flat)).view(shape5)
     if p.pse is not None:
         s.add_(_cut(p.pse, q0, q1, k0, k1), alpha=p.scale if p.pse_scaled else 1.0)
     if p.mask is not None:
@@ -217,19 +223,24 @@ def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5) -> Optional[torch.Tensor]
 
 def _choose_blocks(p: Problem, b: int, nq: int, sq: int, skv: int) -> None:
     if not p.block_kv:
-        p.block_kv = max(1, min(skv, BLOCK_KV))
+        p.block_kv = max(1, min(skv, BLOCK_KV, SCORE_BLOCK_ELEMENTS // (b * nq)))
     if not p.block_q:
-        p.block_q = max(1, min(sq, SCORE_BLOCK_ELEMENTS // (b * nq * p.block_kv)))
+        p.block_q = BLOCK_Q or max(1, min(sq, SCORE_BLOCK_ELEMENTS // (b * nq * p.block_kv)))
 
 
 def _forward(q, k, v, p: Problem):
-    """q [B,Nkv,G,Sq,D] float32 already scaled; k/v [B,Nkv,Skv,*] float32 -> out (f32), max, sum."""
+    """q [B,Nkv,G,Sq,D] float32 already scaled; k/v [B,Nkv,Skv,*] float32 -> out (f32), max, sum.
+
+    Each block is soft-maxed by torch's fused kernel in place; its row max and row sum
+    (= 1 / the largest probability) then merge it into the running result.
+    """
     B, Nkv, G, Sq, D = q.shape
     Skv, Dv = k.shape[2], v.shape[-1]
     out = q.new_empty(B, Nkv, G, Sq, Dv)
     row_max = q.new_empty(B, Nkv, G, Sq)
     row_sum = q.new_empty(B, Nkv, G, Sq)
     mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
+    buf = q.new_empty(B * Nkv * G * min(Sq, p.block_q) * min(Skv, p.block_kv))
     for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
         bq = q1 - q0
         qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
@@ -237,17 +248,20 @@ def _forward(q, k, v, p: Problem):
         l = q.new_zeros(B, Nkv, G, bq)
         acc = q.new_zeros(B, Nkv, G * bq, Dv)
         for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
-            s = _scores(p, qb, k, q0, q1, k0, k1, (B, Nkv, G, bq, k1 - k0))
+            s = _scores(p, qb, k, q0, q1, k0, k1, (B, Nkv, G, bq, k1 - k0), buf)
             if s is None:
                 continue
-            m_new = torch.maximum(m, s.amax(-1))
-            s.sub_(m_new.unsqueeze(-1)).exp_()
-            alpha = (m - m_new).exp_()
-            l.mul_(alpha).add_(s.sum(-1))
+            m_blk = s.amax(-1)
+            torch._softmax(s, -1, False, out=s)
+            l_blk = s.amax(-1).reciprocal_()
             if p.keep_prob < 1:
                 s.mul_(_keep_mask(p, qi, ki, s.shape))
-            acc.mul_(alpha.view(B, Nkv, G * bq, 1))
-            acc.add_(torch.matmul(s.view(B, Nkv, G * bq, k1 - k0), v[:, :, k0:k1]))
+            o_blk = torch.matmul(s.view(B, Nkv, G * bq, k1 - k0), v[:, :, k0:k1])
+            m_new = torch.maximum(m, m_blk)
+            alpha = (m - m_new).exp_()
+            weight = (m_blk - m_new).exp_().mul_(l_blk)
+            l.mul_(alpha).add_(weight)
+            acc.mul_(alpha.view(B, Nkv, G * bq, 1)).addcmul_(o_blk, weight.view(B, Nkv, G * bq, 1))
             m = m_new
         o = acc.view(B, Nkv, G, bq, Dv).div_(l.unsqueeze(-1))
         dead = m == MASKED
@@ -269,6 +283,7 @@ def _backward(q, k, v, out, dout, row_max, row_sum, p: Problem):
     lse = row_max + row_sum.log()
     live = (row_max != MASKED).to(torch.float32)
     delta = (dout * out).sum(-1)
+    buf = q.new_empty(B * Nkv * G * min(Sq, p.block_q) * min(Skv, p.block_kv))
     for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
         bq = q1 - q0
         qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
@@ -279,7 +294,7 @@ def _backward(q, k, v, out, dout, row_max, row_sum, p: Problem):
         dqb = torch.zeros_like(qb)
         for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
             shape5 = (B, Nkv, G, bq, k1 - k0)
-            s = _scores(p, qb, k, q0, q1, k0, k1, shape5)
+            s = _scores(p, qb, k, q0, q1, k0, k1, shape5, buf)
             if s is None:
                 continue
             prob = s.sub_(lse_b).exp_().mul_(live_b)  # dead rows do not depend on q, k (see below)
@@ -313,10 +328,9 @@ class _BlockedAttention(torch.autograd.Function):
         ctx.save_for_backward(qs, kf, vf, out, row_max, row_sum)
         ctx.problem = problem
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
-        flat = lambda t: t.reshape(B, Nq, Sq, *t.shape[4:])  # noqa: E731
-        row_max, row_sum = flat(row_max), flat(row_sum)
+        row_max, row_sum = row_max.view(B, Nq, Sq), row_sum.view(B, Nq, Sq)
         ctx.mark_non_differentiable(row_max, row_sum)
-        return flat(out).to(q.dtype), row_max, row_sum
+        return out.view(B, Nq, Sq, vf.shape[-1]).to(q.dtype), row_max, row_sum
 
     @staticmethod
     def backward(ctx, dout, _dmax, _dsum):

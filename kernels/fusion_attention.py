@@ -37,19 +37,18 @@ _MAX_HEADS = 256
 _MAX_VARLEN_BATCH = 2048
 
 
-def _as_bnsd(name: str, t: torch.Tensor, layout: str, head_dim: int) -> torch.Tensor:
-    """``t`` viewed as [B, N, S, D]; TND becomes [1, N, T, D]. BSH/SBH split H by ``head_dim``."""
+def _as_bnsd(name: str, t: torch.Tensor, layout: str, head_dim: int = 0, heads: int = 0) -> torch.Tensor:
+    """``t`` viewed as [B, N, S, D]; TND becomes [1, N, T, D]. BSH/SBH split H into ``heads``
+    heads, or into heads of ``head_dim``."""
     rank = 3 if layout in ("BSH", "SBH", "TND") else 4
     require(t.dim() == rank, OP, f"{name} must be {rank}-D for input_layout={layout}, got shape {tuple(t.shape)}")
     if layout == "TND":
         return t.permute(1, 0, 2).unsqueeze(0)
     if layout in ("BSH", "SBH"):
-        require(
-            t.shape[2] % head_dim == 0, OP,
-            f"{name} hidden size {t.shape[2]} is not a multiple of head_dim {head_dim} "
-            f"(query H / head_num): check head_num",
-        )
-        return core.to_bnsd(t, layout, t.shape[2] // head_dim)
+        h = t.shape[2]
+        parts = f"{heads} heads" if heads else f"heads of dim {head_dim} (query H / head_num)"
+        require(h % (heads or head_dim) == 0, OP, f"{name} hidden size {h} cannot be split into {parts}: check head_num")
+        return core.to_bnsd(t, layout, heads or h // head_dim)
     return core.to_bnsd(t, layout, 0)
 
 
@@ -57,7 +56,6 @@ def _check_shapes(q, k, v, head_num: int) -> None:
     B, N, _, D = q.shape
     Bk, Nkv, Skv, Dk = k.shape
     Bv, Nv, Sv, Dv = v.shape
-    require(1 <= head_num <= _MAX_HEADS, OP, f"head_num must be in [1, {_MAX_HEADS}], got {head_num}")
     require(N == head_num, OP, f"query has {N} heads but head_num={head_num}")
     require(B == Bk == Bv, OP, f"query/key/value batch sizes differ: {B}, {Bk}, {Bv}")
     require(Nkv == Nv and Skv == Sv, OP, f"key and value must agree on heads and length: {tuple(k.shape)} vs {tuple(v.shape)} (BNSD)")
@@ -129,11 +127,10 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     require(varlen or (actual_seq_qlen is None and actual_seq_kvlen is None), OP,
             "actual_seq_qlen/actual_seq_kvlen are only used with input_layout=TND")
     require(not (varlen and pse is not None), OP, "pse with input_layout=TND is not emulated")
-    if layout in ("BSH", "SBH"):
-        require(head_num >= 1 and query.shape[-1] % head_num == 0, OP,
-                f"query hidden size {query.shape[-1]} is not a multiple of head_num={head_num}")
-    head_dim = query.shape[-1] // head_num if layout in ("BSH", "SBH") else 0
-    q, k, v = (_as_bnsd(n, t, layout, head_dim) for n, t in (("query", query), ("key", key), ("value", value)))
+    require(1 <= head_num <= _MAX_HEADS, OP, f"head_num must be in [1, {_MAX_HEADS}], got {head_num}")
+    q = _as_bnsd("query", query, layout, heads=head_num)
+    k = _as_bnsd("key", key, layout, head_dim=q.shape[3])
+    v = _as_bnsd("value", value, layout, heads=k.shape[1])  # BSH value: Nkv heads of Dv <= D
     _check_shapes(q, k, v, head_num)
     B, N, Sq, _ = q.shape
     Nkv, Skv = k.shape[1], k.shape[2]
