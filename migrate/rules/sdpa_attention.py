@@ -1,0 +1,36 @@
+"""NPU301: ``F.scaled_dot_product_attention(...)`` → ``npu_glue.sdpa(...)``, which runs
+``torch_npu.npu_fusion_attention`` when that is exact and the original SDPA otherwise.
+
+Every precondition of the fused kernel at an SDPA call is a run-time property (rank, dtype, head
+dim, mask dtype and values, ``is_causal`` that is often an expression), so the call keeps its
+arguments and only its function changes: the helper (vendored, part of the diff) converts the
+mask polarity, the top-left causal alignment (sparse_mode 2), the scale default and the dropout
+probability, and takes GQA natively.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from migrate.rules._attention_patterns import is_vendored_helper
+from migrate.rules.base import ImportSpec, Rule
+
+API = "torch.nn.functional.scaled_dot_product_attention"
+TARGET = "torch_npu.npu_fusion_attention"
+
+
+class SdpaAttention(Rule):
+    code = "NPU301"
+    name = "sdpa-attention"
+    summary = "F.scaled_dot_product_attention → torch_npu.npu_fusion_attention via the guarded npu_glue.sdpa"
+    triggers = (b"scaled_dot_product_attention",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.qualified_name(node.func) != API or is_vendored_helper(self.ctx.path):
+            return
+        self.rewrite(
+            node,
+            lambda call: call.with_changes(func=cst.Attribute(cst.Name("npu_glue"), cst.Name("sdpa"))),
+            f"scaled_dot_product_attention → {TARGET} via npu_glue.sdpa (checked at run time, else the original SDPA)",
+            target=TARGET, api=API, imports=[ImportSpec("torch_npu")], helpers=["npu_glue"],
+        )

@@ -1,0 +1,151 @@
+"""npu_glue, the vendored helper, under the emulated NPU: the fused path is taken when exact and
+gives SDPA's result; otherwise the original runs."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from opmap import load_table
+
+HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
+API = "torch.nn.functional.scaled_dot_product_attention"
+
+
+@pytest.fixture(scope="module")
+def glue():
+    with kernels.emulate():
+        sys.path.insert(0, str(HELPERS))
+        try:
+            sys.modules.pop("npu_glue", None)
+            import npu_glue
+
+            yield npu_glue
+        finally:
+            sys.path.remove(str(HELPERS))
+            sys.modules.pop("npu_glue", None)
+
+
+@pytest.fixture
+def calls(glue, monkeypatch):
+    """Counts npu_fusion_attention calls made through the helper."""
+    seen = []
+    real = glue.torch_npu.npu_fusion_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(glue.torch_npu, "npu_fusion_attention", spy)
+    return seen
+
+
+def tolerance(dtype):
+    t = load_table().get(API).tolerance[str(dtype).replace("torch.", "")]
+    return dict(rtol=t.rtol, atol=t.atol)
+
+
+def qkv(b=2, nq=4, nkv=4, sq=5, skv=5, d=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    make = lambda n, s: torch.randn(b, n, s, d, generator=g).to(dtype)  # noqa: E731
+    return make(nq, sq), make(nkv, skv), make(nkv, skv)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("sq,skv", [(5, 5), (3, 7), (7, 3)])
+def test_sdpa_causal_is_top_left(glue, calls, dtype, sq, skv):
+    q, k, v = qkv(sq=sq, skv=skv, dtype=dtype)
+    got = glue.sdpa(q, k, v, is_causal=True)
+    assert calls and calls[0]["sparse_mode"] == 2
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_bool_mask_is_inverted_and_gqa_native(glue, calls, dtype):
+    q, k, v = qkv(nq=4, nkv=2, sq=4, skv=6, dtype=dtype)
+    mask = torch.rand(2, 1, 4, 6, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask[0, 0, 1] = False  # a fully masked row: SDPA gives 0
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
+    got = glue.sdpa(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
+    assert len(calls) == 1 and calls[0]["scale"] == 0.3
+    torch.testing.assert_close(got, want, **tolerance(dtype))
+
+
+def test_sdpa_padding_mask_broadcasts(glue, calls):
+    q, k, v = qkv(sq=3, skv=5)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    torch.testing.assert_close(glue.sdpa(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask), **tolerance(torch.float32))
+    assert len(calls) == 1
+
+
+def test_sdpa_additive_mask(glue, calls):
+    q, k, v = qkv(sq=4, skv=4)
+    mask = torch.zeros(4, 4).masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)
+    torch.testing.assert_close(glue.sdpa(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask), **tolerance(torch.float32))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("case", ["bias", "float64", "3d", "mask_and_causal", "dead_additive_row", "head_dim"])
+def test_sdpa_falls_back(glue, calls, case):
+    q, k, v = qkv(sq=4, skv=4, d=776 if case == "head_dim" else 8)
+    mask = None
+    if case == "bias":
+        mask = torch.randn(4, 4)  # a real additive bias, not a 0/-inf mask
+    elif case == "float64":
+        q, k, v = q.double(), k.double(), v.double()
+    elif case == "3d":
+        q, k, v = q[0], k[0], v[0]
+    elif case == "dead_additive_row":
+        mask = torch.zeros(4, 4)
+        mask[2] = float("-inf")
+    kwargs = dict(attn_mask=mask, is_causal=case == "mask_and_causal")
+    if case == "mask_and_causal":
+        kwargs["attn_mask"] = torch.rand(4, 4, generator=torch.Generator().manual_seed(0)) > 0.3
+    torch.testing.assert_close(glue.sdpa(q, k, v, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs))
+    assert not calls
+
+
+def test_causal_mask_is_compressed_and_cached(glue):
+    mask = glue.causal_mask(torch.device("cpu"))
+    assert mask.shape == (2048, 2048) and mask.dtype == torch.bool and mask[0, 1] and not mask[1, 0]
+    assert glue.causal_mask(torch.device("cpu")) is mask
+
+
+def test_can_fuse_checks_masks(glue):
+    q, k, v = qkv(sq=3, skv=3)
+    minimum = torch.finfo(torch.float32).min
+    assert glue.can_fuse(q, k, v, additive=torch.zeros(2, 1, 1, 3))
+    assert not glue.can_fuse(q, k, v, additive=torch.full((2, 1, 1, 3), -1.0))  # a bias, not a mask
+    assert not glue.can_fuse(q, k, v, additive=torch.full((2, 1, 1, 3), minimum))  # every row dead
+    assert not glue.can_fuse(q, k, v, additive=torch.zeros(2, 1, 1, 4))  # does not broadcast
+    assert glue.can_fuse(q, k, v, causal=torch.ones(1, 1, 3, 3))
+    assert not glue.can_fuse(q, k, v, causal=torch.ones(1, 1, 1, 1))  # broadcasts, but is not causal
+    assert not glue.can_fuse(q.double(), k.double(), v.double())
+    keep = torch.ones(3, 3, dtype=torch.bool).tril()
+    masked = glue.npu_mask(q, k, keep=keep, additive=torch.zeros(2, 1, 1, 3))
+    assert masked.shape == (2, 1, 3, 3) and torch.equal(masked[0, 0], ~keep)
+
+
+def test_attention_weights_requested(glue):
+    class Config:
+        output_attentions = True
+
+    class Module:
+        config = Config()
+
+    assert glue.attention_weights_requested(Module(), {})
+    assert not glue.attention_weights_requested(Module(), {"output_attentions": False})
+    assert not glue.attention_weights_requested(object(), {})
+    assert glue.attention_weights_requested(object(), {"output_attentions": True})
+
+
+def test_imports_only_torch_torch_npu_math():
+    import ast
+
+    tree = ast.parse((HELPERS / "npu_glue.py").read_text())
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert roots <= {"torch", "torch_npu", "math", "functools"}
