@@ -11,7 +11,7 @@ import yaml
 
 from migrate.parity.metrics import Metrics
 
-KEYS = ("cosine", "max_abs_err", "rel_err", "rel_err_share")
+KEYS = ("cosine", "max_abs_err", "rel_err", "rel_err_share", "small_value")
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class Criteria:
     max_abs_err: float
     rel_err: float
     rel_err_share: float
+    small_value: float  # tensors whose values all lie below this are rounding noise: no cosine
 
     def with_overrides(self, overrides: Dict[str, float]) -> "Criteria":
         return replace(self, **{k: float(v) for k, v in overrides.items() if k in KEYS})
@@ -33,6 +34,10 @@ class Criteria:
             return m.problem
         if m.nan_inf_mismatch:
             return f"{m.nan_inf_mismatch} NaN/Inf mismatches"
+        if m.max_abs_value <= self.small_value:
+            if m.max_abs_err > self.small_value:
+                return f"max abs err {m.max_abs_err:.3g} > {self.small_value:g} on values below {self.small_value:g}"
+            return None
         if m.cosine is not None and m.cosine < self.cosine:
             return f"cosine {m.cosine:.6f} < {self.cosine}"
         if m.max_abs_err > self.max_abs_err and m.rel_err_ratio < self.rel_err_share:

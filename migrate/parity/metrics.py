@@ -26,6 +26,7 @@ class Metrics:
     five_thousandths_ratio: float = 1.0  # share of elements with relative error < 0.005
     rel_err_ratio: float = 1.0  # share with relative error < the criterion's threshold
     nan_inf_mismatch: int = 0  # positions where NaN/+Inf/-Inf differ between the sides
+    max_abs_value: float = 0.0  # largest finite |value| on either side (tells rounding noise apart)
     problem: Optional[str] = None  # shape mismatch and the like
 
     def to_json(self) -> dict:
@@ -83,4 +84,5 @@ def compare(original: torch.Tensor, migrated: torch.Tensor, rel_err: float = 0.0
         five_thousandths_ratio=share(0.005),
         rel_err_ratio=share(rel_err),
         nan_inf_mismatch=int(mismatch.sum()),
+        max_abs_value=float(torch.maximum(n_f.abs().max(), b_f.abs().max())) if n_f.numel() else 0.0,
     )

@@ -1,3 +1,4 @@
+import pytest
 import math
 
 import torch
@@ -9,7 +10,7 @@ from migrate.parity.metrics import compare, cosine_similarity
 def test_identical_tensors_are_perfect():
     x = torch.randn(4, 8)
     m = compare(x, x.clone())
-    assert m.cosine == 1.0 and m.max_abs_err == 0.0 and m.one_thousandth_ratio == 1.0
+    assert m.cosine == pytest.approx(1.0, abs=1e-12) and m.max_abs_err == 0.0 and m.one_thousandth_ratio == 1.0
     assert default_criteria()["float32"].judge(m) is None
 
 
@@ -50,3 +51,18 @@ def test_criteria_override_and_abs_or_ratio_rule():
     assert strict.judge(m) is not None
     loose = strict.with_overrides({"max_abs_err": 0.05, "reason": "r"})
     assert loose.judge(m) is None
+
+
+def test_rounding_noise_below_the_small_value_cutoff_is_not_judged_by_cosine():
+    from migrate.parity.criteria import default_criteria
+    from migrate.parity.metrics import compare
+
+    fp32 = default_criteria()["float32"]
+    torch.manual_seed(0)
+    noise_a, noise_b = torch.randn(64) * 1e-13, torch.randn(64) * 1e-13  # unrelated noise: cosine ~0
+    metrics = compare(noise_a, noise_b)
+    assert metrics.cosine < 0.5 and fp32.judge(metrics) is None
+    # the same unrelated pattern at a real magnitude is a failure
+    assert "cosine" in fp32.judge(compare(noise_a * 1e12, noise_b * 1e12))
+    # values below the cutoff whose error exceeds it (sign flipped) still fail
+    assert "max abs err" in fp32.judge(compare(torch.full((8,), 9e-7), torch.full((8,), -9e-7)))

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from migrate import exitcodes
 from migrate.cli import app
-from opmap import load_table
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "torch_npu.npu_fusion_attention"
@@ -35,15 +34,6 @@ def invoke(*args):
     result = CliRunner().invoke(app, [*map(str, args)])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
-
-
-def noise_only(entry, dtype) -> bool:
-    """A gradient that is zero in exact arithmetic (a key bias: softmax ignores a per-row constant)
-    fails the cosine criterion on rounding noise alone (BERT: |error| ~1e-13 in float32); it is
-    accepted when its absolute error is within the op table's absolute tolerance."""
-    t = load_table().get("pattern.attention.eager").tolerance[dtype]
-    return (entry["kind"] == "grad" and (entry["failure"] or "").startswith("cosine")
-            and entry["max_abs_err"] is not None and entry["max_abs_err"] <= t.atol)
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -68,7 +58,7 @@ def test_attention_migration_passes_parity(model, tmp_path):
     assert {c["dtype"] for c in report["cases"]} >= {"float32", "bfloat16"}
     for case in report["cases"]:
         failed = [e for kind in ("outputs", "gradients", "after_step") for e in case[kind]
-                  if not e["passed"] and not noise_only(e, case["dtype"])]
+                  if not e["passed"]]
         assert not case["errors"] and not failed, (case["name"], case["dtype"], case["errors"], failed[:3])
         fused = case["op_coverage"]["fused_npu_ops"].get("npu_fusion_attention", 0)
         worst = min(case["outputs"], key=lambda o: o["cosine"] if o["cosine"] is not None else 1.0)
