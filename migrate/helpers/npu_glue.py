@@ -1,9 +1,10 @@
 """Glue for code migrated to Ascend NPUs by npu-migrate (vendored: part of your diff, edit freely).
 
 The fused ``torch_npu`` kernels are exact replacements only under conditions that are known at run
-time (dtype, rank, head dim, mask values). The functions here check those conditions and convert
-masks to the NPU convention; every migrated call site falls back to its original code when they
-do not hold. Imports only torch, torch_npu and math.
+time (dtype, rank, head dim, mask values, a SiLU activation, no autograd for the inference-only
+kernels). The functions here check those conditions and convert masks to the NPU convention; every
+migrated call site falls back to its original code when they do not hold. Sections: attention,
+rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only torch, torch_npu, math and functools.
 """
 
 import math
@@ -157,3 +158,154 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
         query, key, value, query.shape[1], "BNSD", atten_mask=atten_mask,
         scale=1 / math.sqrt(query.shape[-1]) if scale is None else scale,
         keep_prob=1.0 - dropout_p, sparse_mode=sparse_mode, inner_precise=inner_precise)[0]
+
+
+# -- rotary position embedding ----------------------------------------------------------------------
+
+#: npu_rotary_mul limits: D even and below ROTARY_MAX_HEAD_DIM; B and N (half) or B*N (interleave) below
+#: ROTARY_MAX_BATCH_HEADS; B*N at most ROTARY_MAX_GRAD_BATCH_HEADS when cos/sin need gradients.
+ROTARY_MAX_HEAD_DIM = 896
+ROTARY_MAX_BATCH_HEADS = 1000
+ROTARY_MAX_GRAD_BATCH_HEADS = 1024
+
+
+def _folds(x, cos, mode):
+    """Per-batch cos/sin in interleave mode, [B, S, 1, D] for a BSND x, are taken by the kernel once
+    batch and sequence are merged into one sequence of B*S positions."""
+    b, s, _, d = x.shape
+    return mode == "interleave" and b > 1 and s > 1 and tuple(cos.shape) == (b, s, 1, d)
+
+
+def _fold(t):
+    return t.reshape(1, -1, *t.shape[2:])
+
+
+def _layouts(shape, mode):
+    """(batch, heads, cos/sin shapes) for each layout a 4-D x of ``shape`` may have."""
+    d0, d1, d2, d = shape
+    layouts = (
+        (d0, d1, [(1, 1, d2, d), (d0, 1, d2, d)]),  # BNSD: 11SD, B1SD
+        (d0, d2, [(1, d1, 1, d), (d0, d1, 1, d)]),  # BSND: 1S1D, BS1D
+        (d1, d2, [(d0, 1, 1, d), (d0, d1, 1, d)]),  # SBND: S11D, SB1D
+    )
+    if mode == "interleave":
+        return [(b, n, shapes[:1]) for b, n, shapes in layouts]
+    return [(b, n, shapes + [tuple(shape)]) for b, n, shapes in layouts]
+
+
+def _limits_hold(batch, heads, mode, grads):
+    if grads and batch * heads > ROTARY_MAX_GRAD_BATCH_HEADS:
+        return False
+    if mode == "interleave":
+        return batch * heads < ROTARY_MAX_BATCH_HEADS
+    return batch < ROTARY_MAX_BATCH_HEADS and heads < ROTARY_MAX_BATCH_HEADS
+
+
+def rotary_fits(x, cos, sin, mode="half"):
+    """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
+    original code does (same result shape and dtype, no broadcasting the kernel lacks)."""
+    if not all(torch.is_tensor(t) for t in (x, cos, sin)):
+        return False
+    if x.dim() != 4 or cos.dim() != 4 or cos.shape != sin.shape or x.numel() == 0:
+        return False
+    if x.dtype not in _FLOATS or not x.dtype == cos.dtype == sin.dtype or not x.device == cos.device == sin.device:
+        return False
+    d = x.shape[-1]
+    if d % 2 or d >= ROTARY_MAX_HEAD_DIM:
+        return False
+    if _folds(x, cos, mode):
+        x, cos = _fold(x), _fold(cos)
+    grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
+    layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(cos.shape) in shapes]
+    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
+        return False
+    with torch.no_grad():
+        return bool((cos.abs() <= 1).all() and (sin.abs() <= 1).all())
+
+
+def rotary_mul(x, cos, sin, mode="half"):
+    """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted."""
+    if _folds(x, cos, mode):
+        return torch_npu.npu_rotary_mul(_fold(x), _fold(cos), _fold(sin), mode).reshape(x.shape)
+    return torch_npu.npu_rotary_mul(x, cos, sin, mode)
+
+
+# -- RMSNorm, SwiGLU, MoE gating --------------------------------------------------------------------
+
+#: F.rms_norm's eps when none is given: the epsilon of its op math type, float32 (not x's dtype).
+FLOAT32_EPS = torch.finfo(torch.float32).eps
+
+
+def _no_grad_needed(*tensors):
+    """Kernels without a backward on a real NPU may run only where nothing needs a gradient."""
+    return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors if t is not None)
+
+
+_NO_WEIGHT = object()
+
+
+def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2):
+    """``npu_rms_norm(x, weight)`` normalises what the original normalises and returns its dtype:
+    x is a float tensor of 2 to 8 dims; weight (left out when the code has none) is a tensor of x's
+    dtype covering exactly the normalised trailing dims (the last one, unless ``normalized_shape``
+    says more)."""
+    if not torch.is_tensor(x) or x.dtype not in _FLOATS or not min_dim <= x.dim() <= 8:
+        return False
+    if normalized_shape is not None:
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if not shape or tuple(x.shape[x.dim() - len(shape):]) != shape:
+            return False
+    else:
+        shape = tuple(x.shape[-1:])
+    if weight is _NO_WEIGHT:
+        return True
+    return torch.is_tensor(weight) and weight.dtype == x.dtype and tuple(weight.shape) == shape
+
+
+def gemma_rms_norm_fits(x, weight):
+    """``npu_gemma_rms_norm`` has no backward on a real NPU: inference only, else as above."""
+    return rms_norm_fits(x, weight, min_dim=1) and _no_grad_needed(x, weight) and x.is_contiguous()
+
+
+def is_silu(act):
+    """Whether ``act`` is SiLU: ``F.silu``, ``torch.nn.SiLU`` or transformers' ``SiLUActivation``
+    (``ACT2FN["silu"]``; a plain ``nn.Module`` whose forward is ``F.silu``)."""
+    if act is torch.nn.functional.silu or type(act) is torch.nn.SiLU:
+        return True
+    cls = type(act)
+    return cls.__name__ == "SiLUActivation" and cls.__module__.startswith("transformers.")
+
+
+def _swiglu_input_fits(x):
+    return torch.is_tensor(x) and x.dtype in _FLOATS and 1 <= x.dim() <= 8 and x.shape[-1] % 2 == 0
+
+
+def swiglu(act, gate, up):
+    """``act(gate) * up`` with separate gate and up projections."""
+    if is_silu(act) and torch.is_tensor(gate) and torch.is_tensor(up) and gate.shape == up.shape and gate.dtype == up.dtype:
+        fused = torch.cat([gate, up], dim=-1)
+        if _swiglu_input_fits(fused):
+            return torch_npu.npu_swiglu(fused, dim=-1)
+    return act(gate) * up
+
+
+def swiglu_halves(act, gate_up):
+    """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` (gate is the first half)."""
+    if is_silu(act) and _swiglu_input_fits(gate_up):
+        return torch_npu.npu_swiglu(gate_up, dim=-1)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return act(gate) * up
+
+
+def moe_gating_fits(logits, k, dim=-1):
+    """``npu_moe_gating_top_k_softmax(logits, None, k)`` computes ``topk(softmax(logits, dim), k)``:
+    softmax over the last dim of a 2-D/3-D float tensor, 0 < k <= min(experts, 1024), and no
+    gradient needed (the kernel has no backward on a real NPU: routers in training keep the
+    original code)."""
+    if not torch.is_tensor(logits) or logits.dtype not in _FLOATS or logits.dim() not in (2, 3):
+        return False
+    if dim not in (-1, logits.dim() - 1):
+        return False
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= min(logits.shape[-1], 1024):
+        return False
+    return _no_grad_needed(logits)

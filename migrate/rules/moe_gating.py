@@ -7,7 +7,7 @@ Recognised: two consecutive statements ::
 
 become ::
 
-    if npu_guards.moe_gating_fits(router_logits, self.top_k, dim=1):
+    if npu_glue.moe_gating_fits(router_logits, self.top_k, dim=1):
         routing_weights, selected_experts, _ = torch_npu.npu_moe_gating_top_k_softmax(router_logits.float(), None, k=self.top_k)
         selected_experts = selected_experts.long()
     else:
@@ -38,7 +38,7 @@ from migrate.rules.base import Rule
 from opmap import Fallback
 
 REPORT = "NPU341"
-HELPER = "npu_guards"
+HELPER = "npu_glue"
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_PARAMS = ("input", "dim", "_stacklevel", "dtype")
 TOPK = ("torch.topk",)
@@ -148,7 +148,7 @@ class MoeGating(Rule):
             f"{weights}, {rest}, _ = torch_npu.npu_moe_gating_top_k_softmax({source}, None, k={k})",
         ] + ([f"{indices} = {indices}.long()"] if indices != "_" else [])
         head = cst.parse_statement(
-            f"if npu_guards.moe_gating_fits({logits}, {k}, dim={dim_code}):\n" + "".join(f"    {s}\n" for s in fused)
+            f"if npu_glue.moe_gating_fits({logits}, {k}, dim={dim_code}):\n" + "".join(f"    {s}\n" for s in fused)
             + "else:\n    pass\n")
         stash: List[cst.SimpleStatementLine] = []
 

@@ -7,7 +7,7 @@ straight-line body returns ``x * rsqrt(mean(x², -1, keepdim=True) + eps)`` time
 float32 and cast back to x's dtype before or after the weight. The function gets a guarded fast
 path at its top; the original body stays as the fallback::
 
-    if npu_guards.rms_norm_fits(x, self.weight):
+    if npu_glue.rms_norm_fits(x, self.weight):
         return torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]
 
 Under the guard (weight dtype == x dtype, weight covers the last dim) both compute in float32 and
@@ -32,7 +32,7 @@ from migrate.rules.base import Rule
 from opmap import Fallback
 
 REPORT = "NPU321"
-HELPER = "npu_guards"
+HELPER = "npu_glue"
 FLOAT32 = ("torch.float32", "torch.float")
 RMS_NORM_CALLS = ("torch.nn.functional.rms_norm", "torch.rms_norm")
 RMS_NORM_PARAMS = ("input", "normalized_shape", "weight", "eps")
@@ -126,9 +126,9 @@ class RmsNorm(Rule):
         x, eps = norm.x, pure_code(norm.eps, module)
         weight = pure_code(norm.weight, module) if norm.weight is not None else None
         if norm.gemma:
-            op, guard = "npu_gemma_rms_norm", f"npu_guards.gemma_rms_norm_fits({x}, {weight})"
+            op, guard = "npu_gemma_rms_norm", f"npu_glue.gemma_rms_norm_fits({x}, {weight})"
         else:
-            op, guard = "npu_rms_norm", f"npu_guards.rms_norm_fits({x}{', ' + weight if weight else ''})"
+            op, guard = "npu_rms_norm", f"npu_glue.rms_norm_fits({x}{', ' + weight if weight else ''})"
         gamma = weight or f"{x}.new_ones({x}.shape[-1])"
         fast = cst.parse_statement(f"if {guard}:\n    return torch_npu.{op}({x}, {gamma}, epsilon={eps})[0]\n")
 
@@ -165,11 +165,11 @@ class RmsNorm(Rule):
         weight = None if weight == "None" else weight
         eps = codes.get("eps")
         # torch's default is the epsilon of the op math type: float32 for float16/bfloat16/float32
-        eps = "npu_guards.FLOAT32_EPS" if eps in (None, "None") else eps
+        eps = "npu_glue.FLOAT32_EPS" if eps in (None, "None") else eps
         gamma = weight or f"{x}.new_ones({shape})"
         fused = cst.parse_expression(
             f"(torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0] "
-            f"if npu_guards.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape}) else ORIGINAL)")
+            f"if npu_glue.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape}) else ORIGINAL)")
 
         def fix(updated: cst.Call) -> cst.BaseExpression:
             return fused.with_changes(orelse=updated)

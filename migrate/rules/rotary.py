@@ -4,7 +4,7 @@ Every expression ``x * cos + rotate(x) * sin`` whose rotation is proven (a helpe
 such as ``rotate_half``/``rotate_every_two``, or the rotation written inline; see
 ``_rotary_patterns``) becomes a guarded call::
 
-    npu_rotary.rotary_mul(x, cos, sin, "half") if npu_rotary.fits(x, cos, sin, "half") else <original>
+    npu_glue.rotary_mul(x, cos, sin, "half") if npu_glue.rotary_fits(x, cos, sin, "half") else <original>
 
 The site is rewritten wherever it is (``apply_rotary_pos_emb`` bodies, partial-rotary ``cat``s,
 float32 upcast variants), so the code around it (signature, ``unsqueeze``, casts) is untouched and
@@ -28,7 +28,7 @@ from migrate.rules.base import Rule
 from opmap import Fallback
 
 FUSED, REPORTED = "NPU310", "NPU311"
-HELPER = "npu_rotary"
+HELPER = "npu_glue"
 TARGET = "torch_npu.npu_rotary_mul"
 RECORDS = {"half": "pattern.rotary.half", "interleave": "pattern.rotary.interleave",
            "complex": "pattern.rotary.complex", "operands": "pattern.rotary.operands"}
@@ -109,7 +109,7 @@ class Rotary(Rule):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         """A site migrated before keeps its original code as the fallback branch: leave it alone."""
-        if isinstance(node.test, cst.Call) and get_full_name_for_node(node.test.func) == f"{HELPER}.fits":
+        if isinstance(node.test, cst.Call) and get_full_name_for_node(node.test.func) == f"{HELPER}.rotary_fits":
             self._guarded.add(id(node.orelse))
 
     # -- sites ----------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class Rotary(Rule):
         x_name, cos_name, sin_name = operands
         call = f'{x_name}, {cos_name}, {sin_name}, "{mode}"'
         fused = cst.parse_expression(f"{HELPER}.rotary_mul({call})")
-        guard = cst.parse_expression(f"{HELPER}.fits({call})")
+        guard = cst.parse_expression(f"{HELPER}.rotary_fits({call})")
         parenthesize = id(node) not in self._whole_values  # an IfExp binds looser than `+`
 
         def fix(updated: cst.BinaryOperation) -> cst.IfExp:
@@ -153,7 +153,7 @@ class Rotary(Rule):
             return cst.IfExp(test=guard, body=fused, orelse=updated.with_changes(lpar=[], rpar=[]), lpar=lpar, rpar=rpar)
 
         self.rewrite(node, fix, f"rotary embedding of {x_name} ({mode} rotation) → {TARGET}(rotary_mode='{mode}'), "
-                                f"guarded by {HELPER}.fits", target=TARGET, api=RECORDS[mode], helpers=[HELPER])
+                                f"guarded by {HELPER}.rotary_fits", target=TARGET, api=RECORDS[mode], helpers=[HELPER])
 
     def _report(self, node: cst.CSTNode, kind: str, message: str) -> None:
         record = self.ctx.table.exact(RECORDS[kind])

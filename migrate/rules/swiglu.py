@@ -4,11 +4,11 @@ Recognised, where ``act`` is SiLU or may be (``F.silu``, ``self.act_fn`` set to 
 to something only known at run time such as ``ACT2FN[config.hidden_act]``):
 
 * separate projections of one input, ``act(self.gate(x)) * self.up(x)`` →
-  ``npu_guards.swiglu(act, self.gate(x), self.up(x))``;
+  ``npu_glue.swiglu(act, self.gate(x), self.up(x))``;
 * a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` followed by
-  ``act(gate) * up`` → ``npu_guards.swiglu_halves(act, self.gate_up(x))`` (the split is removed).
+  ``act(gate) * up`` → ``npu_glue.swiglu_halves(act, self.gate_up(x))`` (the split is removed).
 
-The helpers (vendored ``npu_guards.py``) call ``torch_npu.npu_swiglu`` when ``act`` is SiLU at run
+The helpers (vendored ``npu_glue.py``) call ``torch_npu.npu_swiglu`` when ``act`` is SiLU at run
 time and the halves fit, and compute the original ``act(gate) * up`` otherwise, so a model built
 with another activation (a GELU config) keeps its exact behaviour. Reported (NPU331): GeGLU
 (``gelu`` gate: ``npu_geglu``'s half order and GELU approximation differ between CANN versions) and
@@ -26,7 +26,7 @@ from migrate.rules.base import Rule
 from opmap import Fallback
 
 REPORT = "NPU331"
-HELPER = "npu_guards"
+HELPER = "npu_glue"
 SILU = ("torch.nn.functional.silu", "torch.nn.SiLU")
 GELU = ("torch.nn.functional.gelu", "torch.nn.GELU")
 GEGLU_PLAN = Fallback(
@@ -130,7 +130,7 @@ class SwiGlu(Rule):
             up, gate = parts(updated)
             args = [cst.Arg(cst.parse_expression(act_code))]
             args += [cst.Arg(split())] if split is not None else [cst.Arg(gate), cst.Arg(up)]
-            call = cst.Call(cst.parse_expression(f"npu_guards.{helper}"), _commas(args))
+            call = cst.Call(cst.parse_expression(f"npu_glue.{helper}"), _commas(args))
             return call.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
         proof = "SiLU proven" if kind == "silu" else f"`{act_code}` checked to be SiLU at run time"

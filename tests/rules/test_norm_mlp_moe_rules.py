@@ -189,12 +189,12 @@ def migrate(source: str, code: str) -> str:
 
 @pytest.fixture(scope="module")
 def npu():
-    """The emulated NPU, with the helper module importable as the vendored ``npu_guards``."""
+    """The emulated NPU, with the helper module importable as the vendored ``npu_glue``."""
     sys.path.insert(0, str(HELPERS))
     try:
         with kernels.emulate():
             yield sys.modules["torch_npu"]
-            sys.modules.pop("npu_guards", None)
+            sys.modules.pop("npu_glue", None)
     finally:
         sys.path.remove(str(HELPERS))
 
@@ -302,7 +302,7 @@ def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
 @pytest.fixture(scope="module")
 def mlps(npu):
     migrated = migrate(MLPS, "NPU330")
-    assert migrated.count("npu_guards.swiglu(") == 2 and migrated.count("npu_guards.swiglu_halves(") == 1
+    assert migrated.count("npu_glue.swiglu(") == 2 and migrated.count("npu_glue.swiglu_halves(") == 1
     activations = _activations()
     return load(MLPS, ACTIVATIONS=activations), load(migrated, ACTIVATIONS=activations)
 

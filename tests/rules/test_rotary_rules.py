@@ -202,9 +202,9 @@ def npu(monkeypatch):
 
         monkeypatch.setattr(torch_npu, "npu_rotary_mul", counted)
         monkeypatch.syspath_prepend(str(HELPERS))
-        monkeypatch.delitem(sys.modules, "npu_rotary", raising=False)
+        monkeypatch.delitem(sys.modules, "npu_glue", raising=False)
         yield calls
-    sys.modules.pop("npu_rotary", None)
+    sys.modules.pop("npu_glue", None)
 
 
 def as_tuple(value):
