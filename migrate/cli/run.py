@@ -1,1 +1,127 @@
-"""(placeholder: filled by its issue)"""
+"""``migrate run PATH``: migrate a tree, write the migrated tree, the patch and the reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from migrate import exitcodes
+from migrate.cli.app import app
+from migrate.console import console
+from migrate.discovery import discover
+from migrate.outputs import PATCH_NAME, write_reports
+from migrate.outputs.changes import collect_changes
+from migrate.outputs.in_place import InPlaceRefused, check_in_place, write_in_place
+from migrate.outputs.patch import apply_command, build_patch
+from migrate.outputs.tree import default_out_dir, write_tree
+from migrate.runner import RunResult, run
+from opmap import SchemaError, load_table
+
+EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
+    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items() if code != exitcodes.PARITY_FAILED) + "."
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _codes(value: Optional[str]) -> Optional[List[str]]:
+    codes = [c.strip().upper() for c in (value or "").split(",") if c.strip()]
+    return codes or None
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _out_dir(root: Path, out: Optional[Path], in_place: bool) -> Optional[Path]:
+    """Where the migrated tree goes (None for --in-place), refusing places that would overlap PATH."""
+    if in_place:
+        if out is not None:
+            raise ConfigError("--out and --in-place cannot be used together")
+        return None
+    target = out.resolve() if out is not None else default_out_dir(root)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"the output directory {target} exists and is not a directory")
+    if _inside(target, root) or _inside(root, target):
+        raise ConfigError(f"the output directory {target} overlaps PATH {root}; choose a directory outside it")
+    return target
+
+
+@app.command("run", epilog=EXIT_CODES)
+def run_command(
+    path: Path = typer.Argument(..., help="The repository (directory) to migrate. Never written unless --in-place."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the migrated tree here (default: <PATH>-npu)."),
+    in_place: bool = typer.Option(False, "--in-place", help="Rewrite the changed files inside PATH (clean git tree only)."),
+    force: bool = typer.Option(False, "--force", help="Allow --in-place outside git or on uncommitted changes; keeps <file>.orig backups."),
+    report_dir: Path = typer.Option(Path("npu-migrate-report"), "--report-dir", help="Where changes.patch, report.json and report.md go."),
+    opmap: List[Path] = typer.Option([], "--opmap", help="Extra op-table YAML file (repeatable); overrides built-in records."),
+    select: Optional[str] = typer.Option(None, "--select", help="Only these codes, comma-separated; prefixes like NPU2 allowed."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="Skip these codes, comma-separated; prefixes allowed."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes to use (default: all cores; 1 = no pool)."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 4/8/16 bits if files would change, sites are unsupported, files fail."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print the patch to stdout."),
+) -> None:
+    """Migrate the PyTorch code under PATH to Ascend NPU: a migrated tree, changes.patch and reports."""
+    try:
+        code = _run(path, out, in_place, force, report_dir, opmap, _codes(select), _codes(ignore), jobs, check, diff)
+    except (ConfigError, InPlaceRefused, SchemaError) as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        code = exitcodes.CONFIG_ERROR
+    raise typer.Exit(code)
+
+
+def _run(path, out, in_place, force, report_dir, opmap, select, ignore, jobs, check, diff) -> int:
+    if not path.is_dir():
+        raise ConfigError(f"PATH {path} is not a directory")
+    root = path.resolve()
+    writes = not (check or diff)
+    out_dir = _out_dir(root, out, in_place)
+    try:
+        table = load_table(opmap)
+    except OSError as exc:
+        raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
+    report_dir = report_dir.resolve()
+    backup = check_in_place(root, force, exclude=[report_dir]) if in_place and writes else False
+
+    files = discover(root, exclude=[report_dir])
+    result = run(root, files.python, table, select=select, ignore=ignore, jobs=jobs, copied=files.other, progress=True)
+    changes = collect_changes(result)
+    patch = build_patch(changes)
+
+    if diff:
+        typer.echo(patch, nl=False)
+    _print_summary(result)
+    if writes:
+        if out_dir is None:
+            backups = write_in_place(root, changes, backup)
+            where = f"in place in {root}" + (f" ({len(backups)} backups <file>.orig)" if backups else "")
+        else:
+            write_tree(result, changes, out_dir)
+            where = str(out_dir)
+        reports = write_reports(report_dir, result, patch)
+        console.print(f"Migrated tree: {where}", soft_wrap=True)
+        console.print(f"Patch:   {reports[PATCH_NAME]}  (apply: {apply_command(root, reports[PATCH_NAME])})", soft_wrap=True)
+        console.print(f"Reports: {reports['report.md']}, {reports['report.json']}", soft_wrap=True)
+    return _exit_code(result, changes, check)
+
+
+def _print_summary(result: RunResult) -> None:
+    console.print(
+        f"{len(result.files)} Python files scanned ({len(result.copied)} other files): "
+        f"{result.count('changed')} changed, {result.count('unchanged') + result.count('skipped')} unchanged, "
+        f"{len(result.errors)} with errors; {len(result.rewritten)} sites rewritten, "
+        f"{len(result.reported)} need attention.", soft_wrap=True)
+    for failed in result.errors:
+        console.print(f"[red]error:[/red] {escape(failed.error)}", soft_wrap=True)
+
+
+def _exit_code(result: RunResult, changes, check: bool) -> int:
+    code = exitcodes.FILE_ERRORS if result.errors else exitcodes.OK
+    if check:
+        code |= exitcodes.WOULD_CHANGE if changes else 0
+        code |= exitcodes.UNSUPPORTED if result.reported else 0
+    return code

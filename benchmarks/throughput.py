@@ -1,0 +1,99 @@
+"""Migration throughput against libcst's parse-only throughput on the same files and cores.
+
+    python benchmarks/throughput.py [DIR] [--jobs N] [--sample N] [--profile N]
+
+DIR defaults to the installed ``transformers/models`` package. Both measurements read every
+``.py`` file and use the same number of processes; the migration runs in memory (the runner never
+writes, and no tree is written here), so site-packages is never touched. ``--sample N`` takes
+every k-th file so that about N files spread over the whole directory are measured. The ratio is
+migrate lines/s over parse-only lines/s; the target is at least 25%. ``--profile N`` also runs
+the migration of the first N files under cProfile in this process and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import List, Sequence
+
+import libcst as cst
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from migrate.discovery import discover  # noqa: E402
+from migrate.runner import chunked, run  # noqa: E402
+from opmap import load_table  # noqa: E402
+
+
+def _default_dir() -> Path:
+    import transformers
+
+    return Path(transformers.__file__).parent / "models"
+
+
+def _parse_chunk(root: Path, paths: Sequence[str]) -> int:
+    parsed = 0
+    for path in paths:
+        try:
+            cst.parse_module((root / path).read_bytes().decode("utf-8"))
+            parsed += 1
+        except Exception:
+            pass
+    return parsed
+
+
+def parse_only(root: Path, paths: List[str], jobs: int) -> float:
+    """Seconds to read and parse every file with ``jobs`` processes (chunked like the runner)."""
+    start = time.perf_counter()
+    if jobs == 1:
+        _parse_chunk(root, paths)
+    else:
+        chunks = chunked(paths, jobs)
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(_parse_chunk, [root] * len(chunks), chunks))
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", type=Path)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--sample", type=int, default=0, metavar="N", help="measure about N files, evenly spread")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first N files (jobs 1)")
+    args = parser.parse_args(argv)
+
+    root = (args.directory or _default_dir()).resolve()
+    paths = discover(root).python
+    if args.sample:
+        paths = paths[::max(1, len(paths) // args.sample)][:args.sample]
+    lines = sum((root / p).read_bytes().count(b"\n") for p in paths)  # also warms the page cache
+    table = load_table()
+    print(f"{root}: {len(paths)} Python files, {lines} lines, {args.jobs} processes")
+
+    parse_s = parse_only(root, paths, args.jobs)
+    start = time.perf_counter()
+    result = run(root, paths, table, jobs=args.jobs)
+    migrate_s = time.perf_counter() - start
+
+    counts = ", ".join(f"{result.count(s)} {s}" for s in ("changed", "unchanged", "skipped", "error"))
+    print(f"migrate:    {lines / migrate_s:12,.0f} lines/s  ({migrate_s:.2f} s; {counts}; "
+          f"{len(result.rewritten)} rewritten, {len(result.reported)} reported)")
+    print(f"parse-only: {lines / parse_s:12,.0f} lines/s  ({parse_s:.2f} s)")
+    print(f"ratio:      {parse_s / migrate_s:12.1%}  (target >= 25%)")
+
+    if args.profile:
+        subset = paths[:args.profile]
+        profiler = cProfile.Profile()
+        profiler.runcall(run, root, subset, table, jobs=1)
+        print(f"\nprofile of the migration of {len(subset)} files, --jobs 1:")
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()
