@@ -44,6 +44,13 @@ def _crashed_rule(exc: BaseException) -> str:
     return "a rule"
 
 
+def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
+    """A file that could not be processed: one tool finding, the original kept."""
+    where = f"{path}:{line}:{col}" if line else path
+    finding = Finding(code, message, "reported", path=path, line=line, col=col)
+    return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
+
+
 class Engine:
     def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True) -> None:
         self.table = table
@@ -61,20 +68,20 @@ class Engine:
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return self._error(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
+            return error_result(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError as exc:
-            return self._error(path, diagnostics.PARSE_ERROR, f"does not parse: {exc.message}", exc.raw_line, exc.raw_column)
+            return error_result(path, diagnostics.PARSE_ERROR, f"does not parse: {exc.message}", exc.raw_line, exc.raw_column)
         except Exception as exc:  # libcst raises a few other errors on odd input
-            return self._error(path, diagnostics.PARSE_ERROR, f"does not parse: {exc}")
+            return error_result(path, diagnostics.PARSE_ERROR, f"does not parse: {exc}")
 
         ctx = FileContext(path, module, self.table, NameResolver(module), enabled=self.enabled)
         try:
             cst.visit_batched(module, [rule(ctx) for rule in rules])
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            return self._error(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {detail}")
+            return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {detail}")
 
         findings = self._place(path, module, ctx)
         if not ctx.fixes:
@@ -83,13 +90,13 @@ class Engine:
             migrated, helpers = self._apply(module, ctx.fixes, in_package, ctx.names)
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            return self._error(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
+            return error_result(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
         if migrated == source:
             return FileResult(path, "unchanged", findings)
         try:
             cst.parse_module(migrated)
         except Exception as exc:
-            return self._error(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
+            return error_result(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
         return FileResult(path, "changed", findings, original=source, migrated=migrated, helpers=helpers)
 
     def _place(self, path: str, module: cst.Module, ctx: FileContext) -> List[Finding]:
@@ -115,11 +122,6 @@ class Engine:
             new_module = add_imports(new_module, imports, names)
         return new_module.code, helpers
 
-    @staticmethod
-    def _error(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
-        where = f"{path}:{line}:{col}" if line else path
-        finding = Finding(code, message, "reported", path=path, line=line, col=col)
-        return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
 
 
 def build_engine(table: OpTable, select=None, ignore=None) -> Engine:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from migrate import diagnostics
-from migrate.engine import Engine, build_engine
+from migrate.engine import Engine, build_engine, error_result
 from migrate.findings import FileResult, Finding
 from opmap import OpTable
 
@@ -73,7 +73,7 @@ def _migrate_one(engine: Engine, root: Path, path: str, in_package: bool) -> Fil
     try:
         data = (root / path).read_bytes()
     except OSError as exc:
-        return engine._error(path, diagnostics.READ_ERROR, f"cannot be read: {exc.strerror or exc}")
+        return error_result(path, diagnostics.READ_ERROR, f"cannot be read: {exc.strerror or exc}")
     return engine.migrate(path, data, in_package=in_package)
 
 
