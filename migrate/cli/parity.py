@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -14,21 +12,12 @@ import typer
 from migrate import exitcodes
 from migrate.cli.app import app
 from migrate.console import console
+from migrate.outputs.atomic import write_atomic
 
 
 class Backing(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Atomically: a temp file beside ``path``, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 @app.command("parity")
@@ -40,17 +29,23 @@ def parity(
     backing: Backing = typer.Option(Backing.cpu, "--backing", help="Device the emulated NPU computes on."),
 ) -> None:
     """Run the original and the migrated model side by side and compare outputs and gradients."""
+    raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out))
+
+
+def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path], backing: str,
+                 json_out: Optional[Path] = None) -> int:
+    """Run a parity spec, print the table, write the JSON; returns the exit code."""
     from migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
 
     try:
         with console.status("parity: starting") as status:
-            report = run_parity(spec, original, migrated, backing.value,
+            report = run_parity(spec, original, migrated, backing,
                                 progress=lambda message: status.update(f"parity: {message}"))
     except SpecError as error:
         for problem in error.problems:
             console.print(problem, markup=False, soft_wrap=True)
-        raise typer.Exit(exitcodes.CONFIG_ERROR)
+        return exitcodes.CONFIG_ERROR
     console.print(render(report))
     if json_out is not None:
-        _write_json(json_out, report.to_json())
-    raise typer.Exit(exitcodes.OK if report.passed else exitcodes.PARITY_FAILED)
+        write_atomic(json_out, (json.dumps(report.to_json(), indent=2) + "\n").encode())
+    return exitcodes.OK if report.passed else exitcodes.PARITY_FAILED

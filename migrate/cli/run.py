@@ -67,14 +67,15 @@ def run_command(
 ) -> None:
     """Migrate the PyTorch code under PATH to Ascend NPU: a migrated tree, changes.patch and reports."""
     try:
-        code = _run(path, out, in_place, force, report_dir, opmap, _codes(select), _codes(ignore), jobs, check, diff)
+        code = run_migration(path, out, in_place, force, report_dir, opmap, _codes(select), _codes(ignore), jobs, check, diff)
     except (ConfigError, InPlaceRefused, SchemaError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         code = exitcodes.CONFIG_ERROR
     raise typer.Exit(code)
 
 
-def _run(path, out, in_place, force, report_dir, opmap, select, ignore, jobs, check, diff) -> int:
+def run_migration(path, out, in_place, force, report_dir, opmap, select, ignore, jobs, check, diff) -> int:
+    """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too)."""
     if not path.is_dir():
         raise ConfigError(f"PATH {path} is not a directory")
     root = path.resolve()
