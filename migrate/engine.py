@@ -8,7 +8,7 @@ become an error result naming the reason, and the original text is kept.
 from __future__ import annotations
 
 import traceback
-from typing import Callable, Dict, List, Sequence, Type
+from typing import Callable, Dict, List, Sequence, Set, Type
 
 import libcst as cst
 
@@ -23,9 +23,17 @@ from opmap import OpTable
 
 
 class _ApplyFixes(cst.CSTTransformer):
-    def __init__(self, fixes: Dict[int, List[Fix]]) -> None:
+    """Applies the fixes bottom-up, descending only into nodes that hold a fixed node (``holders``:
+    the ids of the fixed nodes' ancestors), so that libcst keeps every other subtree as it is
+    instead of rebuilding it."""
+
+    def __init__(self, fixes: Dict[int, List[Fix]], holders: Set[int]) -> None:
         super().__init__()
         self.fixes = fixes
+        self.holders = holders
+
+    def on_visit(self, node) -> bool:
+        return id(node) in self.holders
 
     def on_leave(self, original_node, updated_node):
         for fix in self.fixes.get(id(original_node), ()):
@@ -87,7 +95,7 @@ class Engine:
         if not ctx.fixes:
             return FileResult(path, "unchanged", findings)
         try:
-            migrated, helpers = self._apply(module, ctx.fixes, in_package, ctx.names)
+            migrated, helpers = self._apply(ctx, in_package)
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return error_result(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
@@ -108,8 +116,10 @@ class Engine:
             placed.append(finding)
         return sorted(placed, key=lambda f: (f.line, f.col, f.code))
 
-    def _apply(self, module: cst.Module, fixes: Dict[int, List[Fix]], in_package: bool, names: NameResolver):
-        new_module = module.visit(_ApplyFixes(fixes))
+    def _apply(self, ctx: FileContext, in_package: bool):
+        fixes = ctx.fixes
+        holders = ctx.tree.ancestors(fix.node for group in fixes.values() for fix in group)
+        new_module = ctx.module.visit(_ApplyFixes(fixes, holders))
         imports: List[ImportSpec] = []
         helpers: List[str] = []
         for fix in (f for group in fixes.values() for f in group):
@@ -119,7 +129,7 @@ class Engine:
                     helpers.append(helper)
                     imports.append(ImportSpec(".", helper) if in_package else ImportSpec(helper))
         if imports:
-            new_module = add_imports(new_module, imports, names)
+            new_module = add_imports(new_module, imports, ctx.names)
         return new_module.code, helpers
 
 

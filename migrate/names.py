@@ -121,6 +121,14 @@ class NameResolver:
     def is_imported(self, name: str) -> bool:
         return name in self.imports
 
+    def may_denote(self, qualified: Iterable[str]) -> Set[str]:
+        """Every local name that ``qualified_name`` may resolve, on its own, to one of ``qualified``
+        (names it would hand to ScopeProvider included)."""
+        wanted = set(qualified)
+        unsure = "\0match" in self.other_bindings
+        return {local for local, bound in self.imports.items()
+                if bound & wanted or unsure or len(bound) > 1 or local in self.other_bindings}
+
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         """The single qualified name of a Name/Attribute chain rooted at an import, else None."""
         dotted = get_full_name_for_node(node)

@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from migrate.tree import walk
 from opmap import Fallback
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]
@@ -84,7 +85,7 @@ def assign(stmt: cst.CSTNode) -> Optional[Tuple[str, cst.BaseExpression, Optiona
 
 
 def names_in(node: cst.CSTNode) -> Set[str]:
-    return {n.value for n in m.findall(node, m.Name())}
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
 def is_name(node: cst.CSTNode, name: str) -> bool:
@@ -305,8 +306,9 @@ class FunctionAnalysis:
     def _assignments(self) -> Dict[str, List[cst.BaseExpression]]:
         """Every value assigned to each local name (parameters excluded)."""
         found: Dict[str, List[cst.BaseExpression]] = {}
-        for node in m.findall(self.func.body, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
-            found.setdefault(node.targets[0].target.value, []).append(node.value)
+        for node in walk(self.func.body):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                found.setdefault(node.targets[0].target.value, []).append(node.value)
         return {k: v for k, v in found.items() if k not in self.params}
 
     def _walk(self, block, indent: str) -> None:
@@ -643,9 +645,12 @@ _BINARY = {cst.AddAssign: cst.Add, cst.MultiplyAssign: cst.Multiply, cst.DivideA
 
 def _reads_only_metadata(stmt, name: str) -> bool:
     """Every use of ``name`` in ``stmt`` reads its dtype, device or shape."""
-    uses = m.findall(stmt, m.Name(name))
-    meta = m.findall(stmt, m.Attribute(value=m.Name(name), attr=m.Name("dtype") | m.Name("device") | m.Name("shape")))
-    meta_calls = m.findall(stmt, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("size") | m.Name("dim"))))
+    nodes = walk(stmt)
+    uses = [n for n in nodes if is_name(n, name)]
+    meta = [n for n in nodes if isinstance(n, cst.Attribute) and is_name(n.value, name)
+            and n.attr.value in ("dtype", "device", "shape")]
+    meta_calls = [n for n in nodes if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                  and is_name(n.func.value, name) and n.func.attr.value in ("size", "dim")]
     return bool(uses) and len(uses) == len(meta) + len(meta_calls)
 
 
@@ -827,8 +832,8 @@ class FunctionRule:
         if is_vendored_helper(self.ctx.path):
             return
         # cheap filter: functions that mention a softmax (under any imported alias)
-        aliases = [m.Name(local) for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX]
-        if not m.findall(node.body, m.OneOf(m.Name("softmax"), *aliases)):
+        aliases = {"softmax"} | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
+        if not self.ctx.tree.names(node.body) & aliases:
             return
         cls = self._classes[-1] if self._classes and node in self._classes[-1].body.body else None
         analysis = FunctionAnalysis(node, cls, self.ctx.module, self.qualified_name, "".join(self._indents))

@@ -14,6 +14,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from migrate.tree import walk  # noqa: F401 (re-exported for the rules)
+
 Env = Mapping[str, "Expr"]
 
 
@@ -130,13 +132,6 @@ def loose_env(func: cst.FunctionDef) -> Env:
             if name is not None and name not in names_in(node.value):
                 env[name] = Expr(node.value, env)
     return env
-
-
-def walk(node: cst.CSTNode):
-    """``node`` and everything below it, in source order."""
-    yield node
-    for child in node.children:
-        yield from walk(child)
 
 
 # -- calls ---------------------------------------------------------------------------------------

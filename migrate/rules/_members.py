@@ -40,7 +40,8 @@ class MemberRule(Rule):
         self._targets: Set[int] = set()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(own_members(node, self.member))
+        # cheap first: defining the member names it somewhere in the class
+        self._classes.append(self.member in self.ctx.tree.names(node) and own_members(node, self.member))
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._classes.pop()

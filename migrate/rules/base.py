@@ -15,6 +15,7 @@ import libcst as cst
 
 from migrate.findings import Finding
 from migrate.names import NameResolver
+from migrate.tree import TreeIndex
 from opmap import Fallback, OpRecord, OpTable
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
@@ -49,6 +50,17 @@ class FileContext:
     findings: List[Tuple[cst.CSTNode, Finding]] = field(default_factory=list)
     fixes: Dict[int, List[Fix]] = field(default_factory=dict)
     enabled: Callable[[str], bool] = lambda code: True  # --select/--ignore applied per code
+    _tree: Optional[TreeIndex] = field(default=None, repr=False)
+
+    @property
+    def tree(self) -> TreeIndex:
+        """The module's subtrees, names and ancestors, indexed on first use."""
+        if self._tree is None:
+            self._tree = TreeIndex(self.module)
+        return self._tree
+
+
+_VISITOR_NAMES: Dict[type, Tuple[str, ...]] = {}  # rule class -> names of its visit_/leave_ methods
 
 
 class Rule(cst.BatchableCSTVisitor):
@@ -61,6 +73,14 @@ class Rule(cst.BatchableCSTVisitor):
     def __init__(self, ctx: FileContext) -> None:
         super().__init__()
         self.ctx = ctx
+
+    def get_visitors(self) -> Dict[str, Callable]:
+        """libcst's visitor methods of this rule; libcst finds them with ``inspect.getmembers`` for
+        every file, here that search runs once per rule class."""
+        names = _VISITOR_NAMES.get(type(self))
+        if names is None:
+            names = _VISITOR_NAMES[type(self)] = tuple(super().get_visitors())
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def all_codes(cls) -> Tuple[str, ...]:

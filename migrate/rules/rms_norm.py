@@ -18,7 +18,7 @@ A function that holds the inverse-RMS core but not in a form above is reported (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -72,16 +72,18 @@ class RmsNorm(Rule):
         super().__init__(ctx)
         self._methods: Dict[str, cst.FunctionDef] = {}  # methods of the class being matched
         self._handled: set = set()  # ids of functions already matched or consumed
+        self._core_names: Optional[Tuple[Set[str], Set[str]]] = None  # (names of a mean, of a root)
 
     # -- functions and methods ------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)} \
             if isinstance(node.body, cst.IndentedBlock) else {}
         self._methods = methods
-        outcomes = {name: self._match(func) for name, func in methods.items()}
+        candidate = self._may_hold_core(methods.values())
+        outcomes = {name: self._match(func) if candidate else None for name, func in methods.items()}
         consumed = {id(methods[inlined]) for outcome in outcomes.values()
                     if outcome is not None and isinstance(outcome[0], Norm) for inlined in outcome[1]}
-        for func in methods.values():  # helpers of an already migrated norm stay as they are
+        for func in methods.values() if candidate else ():  # helpers of an already migrated norm stay as they are
             if self._migrated(func):
                 consumed.update(id(methods[name]) for name in _self_calls(func) if name in methods)
         for name, func in methods.items():
@@ -93,7 +95,21 @@ class RmsNorm(Rule):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if id(node) not in self._handled:
             self._handled.add(id(node))
-            self._act(node, self._match(node))
+            if self._may_hold_core([node]):
+                self._act(node, self._match(node))
+
+    def _may_hold_core(self, funcs: Iterable[cst.FunctionDef]) -> bool:
+        """Cheap and necessary for ``_match`` to find anything in these functions (a function and
+        the methods it may inline): a mean and an inverse square root (an rsqrt or sqrt, or the 0.5
+        of a ``-0.5`` power), named literally or through an import alias."""
+        tree, names = self.ctx.tree, self.ctx.names
+        if self._core_names is None:
+            self._core_names = ({"mean"} | names.may_denote(["torch.mean"]),
+                                {"rsqrt", "sqrt"} | names.may_denote(["torch.rsqrt", "torch.sqrt"]))
+        mean, root = self._core_names
+        found = set().union(*(tree.names(func) for func in funcs))
+        return bool(found & mean) and (bool(found & root) or any(
+            isinstance(n, cst.Float) and float(n.evaluated_value) == 0.5 for func in funcs for n in tree.subtree(func)))
 
     def _match(self, func: cst.FunctionDef) -> Union[None, Tuple[Norm, List[str]], Tuple[str, cst.CSTNode]]:
         """(Norm, methods it inlined), (reason, node) when the function holds the RMS core in a form
