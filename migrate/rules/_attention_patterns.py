@@ -9,7 +9,7 @@ Attention is found as a run of statements in one block of a function::
     P = dropout(P)                                         (optional: F.dropout or an nn.Dropout)
     O = torch.matmul(P, v)                                 # or P @ v
 
-with GQA through a ``repeat_kv`` helper just before it. :func:`analyse_function` returns, per run,
+with GQA through a ``repeat_kv`` helper just before it. :class:`FunctionAnalysis` finds, per run,
 either a :class:`Fusion` (everything the fused call needs, as source text) or a :class:`Blocked`
 (why the kernel cannot express it, with a plan). Statements in between that do not touch the
 scores (``mask_value = ...``) are moved before the run.
@@ -19,34 +19,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
+from migrate.rules._attention_blockers import (
+    Blocked, blocker_in_scores, head_mask, other_score_forms, position_bias, probabilities_used)
+from migrate.rules._attention_definitions import (
+    causal_alignment, is_dropout_module, is_repeat_kv, is_tril_buffer, self_attr)
+from migrate.rules._attention_exprs import (
+    CASTS, DROPOUT_FN, is_softmax_of, matmul, plain_number, softmax_casts, transposed, very_negative)
+from migrate.rules._later_uses import blocks_of, load_sites_after, loads_after
+from migrate.rules._syntax import (
+    Qualify, arg, assign, code, int_value, is_name, method, names_in, parenthesized, reads_only_metadata,
+    rename, substitute)
 from migrate.tree import walk
-from opmap import Fallback
-
-Qualify = Callable[[cst.CSTNode], Optional[str]]
-
-SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
-MATMUL = {"torch.matmul"}
-DROPOUT_FN = {"torch.nn.functional.dropout"}
-DROPOUT_MODULE = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
-CASTS = {"to", "type_as", "float", "half", "bfloat16", "type"}
-BIAS_NAME = re.compile(r"bias|position|alibi|pse|rel", re.I)
-_CODE = cst.Module(body=[])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _CODE.code_for_node(node)
-
-
-@dataclass
-class Blocked:
-    node: cst.CSTNode
-    reason: str
-    fallback: Fallback
 
 
 @dataclass
@@ -68,206 +55,6 @@ class Fusion:
     guards: List[str] = field(default_factory=list)
     probs: Optional[str] = None  # the probabilities' name, set to None on the fused path
     cast_value: bool = False  # P was cast to V's dtype: run the kernel in q's dtype, cast back
-
-
-# ------------------------------------------------------------------------------ small matchers
-
-def assign(stmt: cst.CSTNode) -> Optional[Tuple[str, cst.BaseExpression, Optional[cst.BaseAugOp]]]:
-    """``name = value`` or ``name op= value`` as (name, value, op), else None."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-        return small.targets[0].target.value, small.value, None
-    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-        return small.target.value, small.value, small.operator
-    return None
-
-
-def names_in(node: cst.CSTNode) -> Set[str]:
-    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
-
-
-def is_name(node: cst.CSTNode, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name
-
-
-def _int(node: cst.CSTNode) -> Optional[int]:
-    if isinstance(node, cst.Integer):
-        return int(node.value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
-        return -int(node.expression.value)
-    return None
-
-
-def arg(call: cst.Call, index: int, keyword: str) -> Optional[cst.BaseExpression]:
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == keyword:
-            return a.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[index].value if index < len(positional) else None
-
-
-def method(node: cst.CSTNode, names) -> Optional[cst.Call]:
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
-        return node
-    return None
-
-
-def transposed(node: cst.CSTNode, qualify: Qualify) -> Optional[cst.BaseExpression]:
-    """``k`` from ``k.transpose(-2, -1)``, ``k.transpose(2, 3)``, ``k.mT``, ``torch.transpose(k, -1, -2)``."""
-    if isinstance(node, cst.Attribute) and node.attr.value == "mT":
-        return node.value
-    if not isinstance(node, cst.Call):
-        return None
-    if method(node, {"transpose"}) and len(node.args) == 2:
-        base, dims = node.func.value, [_int(a.value) for a in node.args]
-    elif qualify(node.func) == "torch.transpose" and len(node.args) == 3:
-        base, dims = node.args[0].value, [_int(a.value) for a in node.args[1:]]
-    else:
-        return None
-    return base if sorted(d for d in dims if d is not None) in ([-2, -1], [2, 3]) and None not in dims else None
-
-
-def matmul(node: cst.CSTNode, qualify: Qualify) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-        return node.left, node.right
-    if isinstance(node, cst.Call) and qualify(node.func) in MATMUL and len(node.args) == 2:
-        return node.args[0].value, node.args[1].value
-    return None
-
-
-def very_negative(node: cst.CSTNode, qualify: Qualify, values: Dict[str, List[cst.BaseExpression]],
-                  seen: frozenset = frozenset()) -> bool:
-    """``float('-inf')``, ``-math.inf``, ``torch.finfo(t).min``, or a ``torch.tensor`` of one, or a
-    name every assignment of which is one of these."""
-    if isinstance(node, cst.Name) and node.value in values:
-        if node.value in seen:
-            return True
-        return all(very_negative(v, qualify, values, seen | {node.value}) for v in values[node.value])
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = node.expression
-        if qualify(inner) in ("math.inf", "torch.inf", "numpy.inf"):
-            return True
-        return isinstance(inner, cst.Call) and code(inner.func) == "float" and _string(inner) == "inf"
-    if isinstance(node, cst.Call) and code(node.func) == "float":
-        return _string(node) in ("-inf", "-infinity")
-    if isinstance(node, cst.Attribute) and node.attr.value == "min" and isinstance(node.value, cst.Call):
-        return qualify(node.value.func) == "torch.finfo"
-    if isinstance(node, cst.Call) and qualify(node.func) in ("torch.tensor", "torch.full_like") and node.args:
-        return very_negative(node.args[-1 if qualify(node.func) == "torch.full_like" else 0].value, qualify, values, seen)
-    return False
-
-
-def _string(call: cst.Call) -> Optional[str]:
-    if len(call.args) == 1 and isinstance(call.args[0].value, cst.SimpleString):
-        value = call.args[0].value.evaluated_value
-        return value.lower() if isinstance(value, str) else None
-    return None
-
-
-def plain_number(node: cst.CSTNode, qualify: Qualify) -> bool:
-    """An expression that is a Python number (so ``scale=`` takes it as is)."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.Name)):
-        return True
-    if isinstance(node, cst.UnaryOperation):
-        return plain_number(node.expression, qualify)
-    if isinstance(node, cst.BinaryOperation):
-        return plain_number(node.left, qualify) and plain_number(node.right, qualify)
-    if isinstance(node, cst.Call):
-        name = qualify(node.func) or ""
-        return name.startswith("math.") or bool(method(node, {"size"}))
-    if isinstance(node, cst.Subscript):
-        return isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
-    return False
-
-
-# ------------------------------------------------------------------------------ class facts
-
-def _class_assignments(cls: Optional[cst.ClassDef], attr: str) -> List[cst.BaseExpression]:
-    """Every value assigned to ``self.<attr>`` (or registered as buffer ``attr``) in the class."""
-    if cls is None:
-        return []
-    found = []
-    for node in m.findall(cls, m.Assign(targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name(attr)))])):
-        found.append(node.value)
-    for call in m.findall(cls, m.Call(func=m.Attribute(attr=m.Name("register_buffer")))):
-        if len(call.args) >= 2 and isinstance(call.args[0].value, cst.SimpleString) and call.args[0].value.evaluated_value == attr:
-            found.append(call.args[1].value)
-    return found
-
-
-def _self_attr(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.Attribute) and is_name(node.value, "self"):
-        return node.attr.value
-    return None
-
-
-def is_tril_buffer(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> bool:
-    """Every assignment of ``self.<attr>`` is ``torch.tril(torch.ones(...))`` (views/casts allowed)."""
-    values = _class_assignments(cls, attr)
-
-    def tril_of_ones(value) -> bool:
-        for call in m.findall(value, m.Call()):
-            if qualify(call.func) == "torch.tril" and call.args and isinstance(call.args[0].value, cst.Call) \
-                    and qualify(call.args[0].value.func) == "torch.ones":
-                return True
-            if method(call, {"tril"}) and isinstance(call.func.value, cst.Call) and qualify(call.func.value.func) == "torch.ones":
-                return True
-        return False
-
-    return bool(values) and all(tril_of_ones(v) for v in values)
-
-
-def is_dropout_module(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> bool:
-    values = _class_assignments(cls, attr)
-    return bool(values) and all(isinstance(v, cst.Call) and qualify(v.func) in DROPOUT_MODULE for v in values)
-
-
-def causal_alignment(node: cst.CSTNode) -> Optional[Tuple[str, int]]:
-    """(buffer attr, sparse mode) for ``self.buf[:, :, :A, :B]`` (top-left: 2) or
-    ``self.buf[:, :, K - Q:K, :K]`` (bottom-right: 3)."""
-    if not isinstance(node, cst.Subscript) or _self_attr(node.value) is None or len(node.slice) != 4:
-        return None
-    parts = [e.slice for e in node.slice]
-    if not all(isinstance(p, cst.Slice) and p.step is None for p in parts):
-        return None
-    if any(p.lower is not None or p.upper is not None for p in parts[:2]):
-        return None
-    rows, cols = parts[2], parts[3]
-    if cols.lower is not None or cols.upper is None or rows.upper is None:
-        return None
-    if rows.lower is None:
-        return _self_attr(node.value), 2
-    lower = rows.lower
-    if isinstance(lower, cst.BinaryOperation) and isinstance(lower.operator, cst.Subtract) \
-            and code(lower.left) == code(rows.upper) == code(cols.upper):
-        return _self_attr(node.value), 3
-    return None
-
-
-# ------------------------------------------------------------------------------ the analysis
-
-def _fallback_pse(what: str) -> Fallback:
-    return Fallback("custom-kernel", (
-        f"{what} is added to the scores inside the softmax. npu_fusion_attention takes such a bias as "
-        "`pse` (pse_type=1 computes scale*(QK^T + pse), so pass the bias divided by the scale, or use "
-        "npu_fusion_attention_v2 with pse_type=0 for scale*QK^T + pse) after checking its shape is "
-        "BNSS, BN1Skv or 1NSS; until then the eager code runs (composite)."))
-
-
-def _blocker_in_scores(stmt: cst.CSTNode, cur: str, qualify: Qualify) -> Optional[Blocked]:
-    for call in m.findall(stmt, m.Call()):
-        if qualify(call.func) == "torch.tanh" or method(call, {"tanh"}):
-            return Blocked(stmt, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no fused form",
-                           Fallback("composite", "keep the eager attention (the fused kernel has no soft-cap); "
-                                    "a custom kernel (TileLang-Ascend / Ascend C) could fuse it"))
-        if qualify(call.func) == "torch.cat" and cur in names_in(call):
-            return Blocked(stmt, "attention sinks (an extra logit column concatenated to the scores)",
-                           Fallback("manual", "npu_fusion_attention's `sink` argument (float32 [head_num], needs a "
-                                    "recent CANN) computes per-head sinks: pass the sink logits there and drop "
-                                    "the concatenation, then check parity; until then the eager code runs"))
-    return None
 
 
 class _Run:
@@ -326,7 +113,7 @@ class FunctionAnalysis:
                 i += 1  # already migrated: the else branch is the original code, kept as the fallback
                 continue
             if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-                for child in _blocks_of(stmt):
+                for child in blocks_of(stmt):
                     self._walk(child, indent + self._unit(child))
             i += 1
 
@@ -354,7 +141,7 @@ class FunctionAnalysis:
         stmts = block.body
         run = self._scores_start(stmts[i])
         if run is None:
-            return self._other_forms(stmts, i)
+            return other_score_forms(stmts[i], self.func.body, self.qualify)
         run.start = i
         for j in range(i + 1, len(stmts)):
             step = self._step(run, stmts[j], j)
@@ -369,7 +156,7 @@ class FunctionAnalysis:
     def _step(self, run: _Run, stmt, j: int):
         """Read one statement: "ok", "end" (the P @ V), a Blocked, or None (not attention)."""
         cur, q = run.cur, self.qualify
-        if cur not in names_in(stmt) or _reads_only_metadata(stmt, cur):
+        if cur not in names_in(stmt) or reads_only_metadata(stmt, cur):
             # a statement beside the attention (`mask_value = ...`): moved before the run when that
             # cannot change what either reads
             got = assign(stmt)
@@ -382,7 +169,7 @@ class FunctionAnalysis:
             return "ok"
         run.read |= names_in(stmt)
         if not run.probs:
-            blocked = _blocker_in_scores(stmt, cur, q)
+            blocked = blocker_in_scores(stmt, cur, q)
             if blocked:
                 return blocked
         if isinstance(stmt, cst.If):
@@ -399,7 +186,7 @@ class FunctionAnalysis:
 
     def _scores_step(self, run: _Run, target: str, value, stmt):
         cur, q = run.cur, self.qualify
-        if target != cur and not _is_softmax_of(value, cur, q):
+        if target != cur and not is_softmax_of(value, cur, q):
             return None
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Multiply, cst.Divide)) \
                 and is_name(value.left, cur) and cur not in names_in(value.right) and run.scale is None:
@@ -420,7 +207,7 @@ class FunctionAnalysis:
             if not very_negative(value.args[2].value, q, self.assigned):
                 return None
             return self._term(run, "keep", value.args[0].value, stmt)
-        soft = _softmax(value, cur, q)
+        soft = softmax_casts(value, cur, q)
         if soft is not None:
             run.cast_exprs.extend(soft)
             run.probs, run.cur = True, target
@@ -433,9 +220,9 @@ class FunctionAnalysis:
     def _term(self, run: _Run, kind: str, expr, stmt, condition: Optional[str] = None, temps=None):
         if kind in run.terms:
             return None
-        if kind == "additive" and BIAS_NAME.search(code(expr)):
-            return Blocked(stmt, f"a position bias ({code(expr)}) is added to the scores",
-                           _fallback_pse(f"`{code(expr)}`"))
+        blocked = position_bias(expr, stmt) if kind == "additive" else None
+        if blocked:
+            return blocked
         run.terms[kind] = expr
         if condition:
             run.term_conditions[kind] = condition
@@ -447,7 +234,7 @@ class FunctionAnalysis:
     def _causal(self, kind: str, expr) -> Optional[Tuple[str, int]]:
         """The (slice code, sparse mode) when the term is a proven lower-triangular buffer slice."""
         if kind == "masked" and isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 \
-                and isinstance(expr.comparisons[0].operator, cst.Equal) and _int(expr.comparisons[0].comparator) == 0:
+                and isinstance(expr.comparisons[0].operator, cst.Equal) and int_value(expr.comparisons[0].comparator) == 0:
             sliced = expr.left
         elif kind == "keep":
             sliced = self.values.get(expr.value) if isinstance(expr, cst.Name) else expr
@@ -486,7 +273,7 @@ class FunctionAnalysis:
             return None
         run.bound.update(temps)
         if not run.probs and isinstance(value.operator, cst.Add):
-            expr = _substitute(other, temps)
+            expr = substitute(other, temps)
             return self._term(run, "additive", expr, body[-1], condition=code(test), temps=temps)
         if run.probs and isinstance(value.operator, cst.Multiply) and not temps:
             run.guards.append(f"{code(test.left)} is None")
@@ -513,15 +300,13 @@ class FunctionAnalysis:
                 p_code = code(p) if p is not None else "0.5"
                 run.keep_prob = f"1 - {p_code}" if training is None else f"1 - {p_code} if {code(training)} else 1.0"
                 return "ok"
-            attr = _self_attr(value.func)
+            attr = self_attr(value.func)
             if attr and len(value.args) == 1 and is_dropout_module(self.cls, attr, q):
                 run.keep_prob = f"1 - self.{attr}.p if self.{attr}.training else 1.0"
                 return "ok"
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply) \
                 and (is_name(value.left, cur) or is_name(value.right, cur)):
-            return Blocked(stmt, "the attention probabilities are multiplied by a head mask",
-                           Fallback("composite", "keep the eager attention, or apply the head mask to the output "
-                                    "per head when it is a per-head scalar (it then commutes with P @ V)"))
+            return head_mask(stmt)
         return None
 
     # -- after the run ----------------------------------------------------------------------
@@ -531,7 +316,7 @@ class FunctionAnalysis:
             return None
         q, k, v = run.q.value, run.k.value, run.v.value
         run.bound.add(run.out)
-        later = _loads_after(self.func.body, stmts[end])
+        later = loads_after(self.func.body, stmts[end])
         start = run.start
         # GQA: `k2 = repeat_kv(k, n)` / `v2 = repeat_kv(v, n)` just before become the kernel's own GQA
         repeats = self._repeat_kv(stmts, start, {k, v})
@@ -560,10 +345,10 @@ class FunctionAnalysis:
         if run.scale is not None:
             op, expr = run.scale
             expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") else expr
-            text = code(expr) if op == "*" else f"1 / {_paren(expr)}"
+            text = code(expr) if op == "*" else f"1 / {parenthesized(expr)}"
             fusion.scale = text if plain_number(expr, self.qualify) else f"float({text})"
         for kind, expr in run.terms.items():
-            text = code(_rename(expr, subst))
+            text = code(rename(expr, subst))
             condition = run.term_conditions.get(kind)
             if condition and text != condition.split(" is not ")[0]:
                 text = f"{text} if {condition} else None"
@@ -591,14 +376,14 @@ class FunctionAnalysis:
             call = got[1] if got is not None and got[2] is None else None
             if not (isinstance(call, cst.Call) and got[0] in names and isinstance(call.func, cst.Name)
                     and call.func.value == "repeat_kv" and call.args and isinstance(call.args[0].value, cst.Name)
-                    and _is_repeat_kv(self.module, self.qualify, call.func)):
+                    and is_repeat_kv(self.module, self.qualify, call.func)):
                 break
             found[got[0]] = call.args[0].value.value
         return found
 
     def _probs_guard(self, name: str, end_stmt) -> object:
         """A run-time condition under which the probabilities are not used, or Blocked."""
-        uses = _load_sites_after(self.func.body, end_stmt, name)
+        uses = load_sites_after(self.func.body, end_stmt, name)
         flags = set()
         for chain in uses:
             flag = next((t for t in chain if t in self.params), None)
@@ -614,231 +399,8 @@ class FunctionAnalysis:
         first = params.params[0].name.value if params.params else None
         if returned and star and first == "module":
             return f"not npu_glue.attention_weights_requested({first}, {star})"
-        return Blocked(end_stmt, f"the attention probabilities `{name}` are used after the product with V "
-                       "(returned or consumed); the fused kernel does not form them",
-                       Fallback("composite", "keep the eager attention where the probabilities are needed; "
-                                "fuse only the path that discards them (e.g. under `if not output_attentions:`)"))
-
-    def _other_forms(self, stmts, i: int):
-        """Score forms the rule does not prove: einsum and ALiBi's baddbmm, when a softmax follows."""
-        got = assign(stmts[i])
-        if got is None or not isinstance(got[1], cst.Call):
-            return None
-        name, call = got[0], got[1]
-        func = self.qualify(call.func) or ""
-        alibi = func == "torch.baddbmm" or (method(call, {"baddbmm"}) is not None)
-        einsum = func == "torch.einsum"
-        if not (alibi or einsum):
-            return None
-        if not any(_softmax_in(s, name, self.qualify) for s in stmts[i + 1:i + 6]):
-            return None
-        if alibi:
-            return Blocked(stmts[i], "ALiBi-style scores (baddbmm of a bias with Q and K^T)", _fallback_pse("the ALiBi bias"))
-        return Blocked(stmts[i], "attention scores from einsum (this form is not proven equal to the fused kernel)",
-                       Fallback("manual", "rewrite the scores as torch.matmul(q, k.transpose(-2, -1)) on [B, N, S, D] "
-                                "tensors (or call F.scaled_dot_product_attention) so NPU302/NPU301 can fuse them"))
+        return probabilities_used(end_stmt, name)
 
 
 _BINARY = {cst.AddAssign: cst.Add, cst.MultiplyAssign: cst.Multiply, cst.DivideAssign: cst.Divide,
            cst.SubtractAssign: cst.Subtract}
-
-
-def _reads_only_metadata(stmt, name: str) -> bool:
-    """Every use of ``name`` in ``stmt`` reads its dtype, device or shape."""
-    nodes = walk(stmt)
-    uses = [n for n in nodes if is_name(n, name)]
-    meta = [n for n in nodes if isinstance(n, cst.Attribute) and is_name(n.value, name)
-            and n.attr.value in ("dtype", "device", "shape")]
-    meta_calls = [n for n in nodes if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                  and is_name(n.func.value, name) and n.func.attr.value in ("size", "dim")]
-    return bool(uses) and len(uses) == len(meta) + len(meta_calls)
-
-
-def _paren(expr) -> str:
-    text = code(expr)
-    return f"({text})" if isinstance(expr, cst.BinaryOperation) and not expr.lpar else text
-
-
-def _softmax(value, cur: str, qualify: Qualify) -> Optional[List[cst.BaseExpression]]:
-    """The casts around ``softmax(cur, dim=-1)`` (a list, maybe empty), or None when it is not one."""
-    casts = []
-    while method(value, CASTS) and not _is_softmax_call(value, cur, qualify):
-        casts.append(value)
-        value = value.func.value
-    return casts if _is_softmax_call(value, cur, qualify) else None
-
-
-def _is_softmax_of(value, cur, qualify) -> bool:
-    return _softmax(value, cur, qualify) is not None
-
-
-def _is_softmax_call(call, cur: str, qualify: Qualify) -> bool:
-    if not isinstance(call, cst.Call):
-        return False
-    if qualify(call.func) in SOFTMAX:
-        source, dim = arg(call, 0, "input"), arg(call, 1, "dim")
-    elif method(call, {"softmax"}):
-        source, dim = call.func.value, arg(call, 0, "dim")
-    else:
-        return False
-    # the source may be cast first: softmax(scores.float(), dim=-1)
-    while method(source, CASTS):
-        source = source.func.value
-    return is_name(source, cur) and dim is not None and _int(dim) in (-1, 3)
-
-
-def _softmax_in(stmt, name: str, qualify: Qualify) -> bool:
-    return any(_is_softmax_call(c, name, qualify) for c in m.findall(stmt, m.Call()))
-
-
-def _is_repeat_kv(module: cst.Module, qualify: Qualify, func: cst.Name) -> bool:
-    """``repeat_kv`` is Hugging Face's: imported from transformers, or defined here with expand + reshape."""
-    if (qualify(func) or "").startswith("transformers."):
-        return True
-    for node in module.body:
-        if isinstance(node, cst.FunctionDef) and node.name.value == "repeat_kv":
-            text = code(node)
-            return "None, :, :]" in text and ".expand(" in text and ".reshape(" in text
-    return False
-
-
-def _substitute(expr, temps: Dict[str, cst.BaseExpression]):
-    if not temps:
-        return expr
-    return expr.visit(_Renamer({k: v for k, v in temps.items()}))
-
-
-def _rename(expr, mapping: Dict[str, str]):
-    if not mapping:
-        return expr
-    return expr.visit(_Renamer({k: cst.Name(v) for k, v in mapping.items()}))
-
-
-class _Renamer(cst.CSTTransformer):
-    def __init__(self, mapping):
-        super().__init__()
-        self.mapping = mapping
-
-    def leave_Name(self, original, updated):
-        return self.mapping.get(original.value, updated)
-
-
-def _blocks_of(stmt) -> List[cst.BaseSuite]:
-    blocks = []
-    for attr in ("body", "orelse", "finalbody"):
-        part = getattr(stmt, attr, None)
-        if isinstance(part, cst.BaseSuite):
-            blocks.append(part)
-        elif isinstance(part, (cst.Else, cst.Finally)):
-            blocks.append(part.body)
-        elif isinstance(part, cst.If):
-            blocks.extend(_blocks_of(part))
-    for handler in getattr(stmt, "handlers", ()):
-        blocks.append(handler.body)
-    return blocks
-
-
-def _statements_in_order(block) -> List[cst.CSTNode]:
-    """Every statement of a block, nested ones included, in source order (not entering defs)."""
-    out = []
-    for stmt in getattr(block, "body", ()):
-        out.append(stmt)
-        if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not isinstance(stmt, cst.SimpleStatementLine):
-            for child in _blocks_of(stmt):
-                out.extend(_statements_in_order(child))
-    return out
-
-
-def _after(body, end_stmt) -> List[cst.CSTNode]:
-    order = _statements_in_order(body)
-    index = next(i for i, s in enumerate(order) if s is end_stmt)
-    # compound statements that enclose the run come before it in the order; their headers were
-    # already evaluated, their later statements follow
-    return [s for s in order[index + 1:]]
-
-
-def _loads_after(body, end_stmt) -> Set[str]:
-    names = set()
-    for stmt in _after(body, end_stmt):
-        target = stmt if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
-        if target is not None:
-            names |= names_in(target)
-    return names
-
-
-def _header(stmt) -> Optional[cst.CSTNode]:
-    for attr in ("test", "iter", "items"):
-        part = getattr(stmt, attr, None)
-        if part is not None:
-            return part if not isinstance(part, (list, tuple)) else cst.Tuple([cst.Element(i.item) for i in part])
-    return None
-
-
-def _load_sites_after(body, end_stmt, name: str) -> List[Tuple[str, ...]]:
-    """For each later use of ``name``: the names tested by the conditionals that guard it, or
-    ``("<return>",)`` for a use in a return statement."""
-    sites = []
-    for stmt in _after(body, end_stmt):
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            if _header(stmt) is not None and name in names_in(_header(stmt)):
-                sites.append(())
-            continue
-        for small in stmt.body:
-            if name not in names_in(small):
-                continue
-            for use in m.findall(small, m.Name(name)):
-                flags = _guarding_flags(small, use)
-                sites.append(flags or (("<return>",) if isinstance(small, cst.Return) else ()))
-    return sites
-
-
-def _guarding_flags(root, use) -> Tuple[str, ...]:
-    """Names whose truth the use of ``use`` inside ``root`` depends on (IfExp tests)."""
-    flags = []
-    for ifexp in m.findall(root, m.IfExp()):
-        if any(n is use for n in m.findall(ifexp.body, m.Name())) and isinstance(ifexp.test, cst.Name):
-            flags.append(ifexp.test.value)
-    return tuple(flags)
-
-
-# ------------------------------------------------------------------------------ the visitor
-
-def is_vendored_helper(path: str) -> bool:
-    """The helper module this tool vendors (its fallbacks call the original APIs on purpose)."""
-    return path.replace("\\", "/").rsplit("/", 1)[-1] == "npu_glue.py"
-
-
-class FunctionRule:
-    """Mixin for rules that analyse each function: tracks the enclosing class and indentation."""
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._classes: List[cst.ClassDef] = []
-        self._indents: List[str] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(node)
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.pop()
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._indents.append(node.indent if node.indent is not None else self.ctx.module.default_indent)
-
-    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._indents.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if is_vendored_helper(self.ctx.path):
-            return
-        # cheap filter: functions that mention a softmax (under any imported alias)
-        aliases = {"softmax"} | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
-        if not self.ctx.tree.names(node.body) & aliases:
-            return
-        cls = self._classes[-1] if self._classes and node in self._classes[-1].body.body else None
-        analysis = FunctionAnalysis(node, cls, self.ctx.module, self.qualified_name, "".join(self._indents))
-        for result in analysis.results:
-            self.found(result)
-
-    def found(self, result) -> None:
-        raise NotImplementedError

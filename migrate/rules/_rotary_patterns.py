@@ -19,7 +19,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.rules._attention_patterns import arg
+from migrate.rules._syntax import arg
 from migrate.rules._dataflow import docstring_count, number
 from migrate.rules._table import dotted
 

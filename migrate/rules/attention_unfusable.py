@@ -7,7 +7,8 @@ probabilities used after the product with V, and einsum forms the rules do not p
 
 from __future__ import annotations
 
-from migrate.rules._attention_patterns import Blocked, FunctionRule
+from migrate.rules._attention_blockers import Blocked
+from migrate.rules._attention_rule import FunctionRule
 from migrate.rules.base import Rule
 
 

@@ -16,7 +16,8 @@ from typing import Dict, List
 
 import libcst as cst
 
-from migrate.rules._attention_patterns import Fusion, FunctionRule
+from migrate.rules._attention_patterns import Fusion
+from migrate.rules._attention_rule import FunctionRule
 from migrate.rules.base import Fix, ImportSpec, Rule
 
 TARGET = "torch_npu.npu_fusion_attention"

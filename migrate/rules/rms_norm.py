@@ -4,8 +4,10 @@ Recognised: a function (or method, with ``self._norm(...)``-style helper methods
 straight-line body returns ``x * rsqrt(mean(x², -1, keepdim=True) + eps)`` times an optional weight
 (or Gemma's ``1 + weight``), spelled with ``pow(2)``/``x * x``/``square``/``** 2`` and
 ``rsqrt``/``pow(-0.5)``/``** -0.5``/``1 / sqrt``/``/ sqrt``, optionally computed on ``x`` cast to
-float32 and cast back to x's dtype before or after the weight. The function gets a guarded fast
-path at its top; the original body stays as the fallback::
+float32 and cast back to x's dtype (or to the weight's) before or after the weight, including T5's
+``if weight.dtype in [torch.float16, torch.bfloat16]: x = x.to(weight.dtype)`` (see
+``_half_cast``). The function gets a guarded fast path at its top; the original body stays as the
+fallback::
 
     if npu_glue.rms_norm_fits(x, self.weight):
         return torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]
@@ -24,8 +26,8 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from migrate.rules._dataflow import (
-    Env, Expr, bind, docstring_count, is_true, last_dim, loose_env, number, param_names, pure_code, same,
-    straight_line, walk,
+    Env, Expr, assigned_name, bind, docstring_count, is_true, last_dim, loose_env, number, param_names, pure_code,
+    same, straight_line, walk,
 )
 from migrate.rules._table import TORCH_NPU
 from migrate.rules.base import Rule
@@ -34,6 +36,7 @@ from opmap import Fallback
 REPORT = "NPU321"
 HELPER = "npu_glue"
 FLOAT32 = ("torch.float32", "torch.float")
+HALF = ("torch.float16", "torch.half")
 RMS_NORM_CALLS = ("torch.nn.functional.rms_norm", "torch.rms_norm")
 RMS_NORM_PARAMS = ("input", "normalized_shape", "weight", "eps")
 GENERIC = "not of the form x * rsqrt(mean(x**2, -1, keepdim=True) + eps) * weight"
@@ -117,7 +120,7 @@ class RmsNorm(Rule):
         if self._migrated(func):
             return None
         self._inlined: List[str] = []
-        result = straight_line(func)
+        result = self._straight_line(func)
         reason = "the norm is not straight-line code (branches, loops or side effects)"
         if result is not None:
             try:
@@ -222,11 +225,47 @@ class RmsNorm(Rule):
                 args = bind(node, names, offset=1)
                 if args is not None and len(args) == len(names) - 1:
                     params: Env = {n: Expr(v, expr.env) for n, v in args.items()}
-                    result = straight_line(method, params)
+                    result = self._straight_line(method, params)
                     if result is not None:
                         self._inlined.append(method.name.value)
                         return self._value(result)
         return expr
+
+    def _straight_line(self, func: cst.FunctionDef, params: Optional[Env] = None) -> Optional[Expr]:
+        """``straight_line`` with each ``_half_cast`` branch read as the cast it holds."""
+        if not isinstance(func.body, cst.IndentedBlock):
+            return None
+        body = [self._half_cast(stmt) or stmt for stmt in func.body.body]
+        return straight_line(func.with_changes(body=func.body.with_changes(body=body)), params)
+
+    def _half_cast(self, stmt: cst.BaseStatement) -> Optional[cst.SimpleStatementLine]:
+        """The ``y = y.to(w.dtype)`` of ``if w.dtype in [torch.float16, torch.bfloat16, ...]:`` (T5).
+        ``_norm`` accepts a cast to ``w.dtype`` only when ``w`` is the weight, so the fast path's
+        guard holds w.dtype == x.dtype in {float16, bfloat16, float32}: the branch runs for half x and
+        casts to x's dtype, and is skipped only for float32 x, whose normalised value is float32
+        already. Either way it is the unconditional cast to x's dtype."""
+        if not (isinstance(stmt, cst.If) and stmt.orelse is None and len(stmt.body.body) == 1):
+            return None
+        test, inner = stmt.test, stmt.body.body[0]
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.In)
+                and isinstance(test.left, cst.Attribute) and test.left.attr.value == "dtype"):
+            return None
+        dtypes = test.comparisons[0].comparator
+        if not isinstance(dtypes, (cst.List, cst.Tuple, cst.Set)):
+            return None
+        names = {self.qualified_name(e.value) for e in dtypes.elements}
+        if not (names & set(HALF) and "torch.bfloat16" in names):
+            return None
+        if not (isinstance(inner, cst.SimpleStatementLine) and len(inner.body) == 1):
+            return None
+        name, value = assigned_name(inner.body[0]), getattr(inner.body[0], "value", None)
+        if not (name is not None and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "to" and isinstance(value.func.value, cst.Name)
+                and value.func.value.value == name and len(value.args) == 1 and value.args[0].keyword is None
+                and value.args[0].value.deep_equals(test.left)):
+            return None
+        return inner
 
     def _norm(self, result: Expr, func: cst.FunctionDef) -> Norm:
         value, outer_cast = self._cast_back(result)
@@ -238,8 +277,8 @@ class RmsNorm(Rule):
             codes = " * ".join(f"`{self.ctx.module.code_for_node(m.node)}`" for m in multipliers)
             raise Mismatch(f"the norm is multiplied by {codes}: more than one weight (a gated or scaled norm?)")
         x, upcast = self._input(operand, func)
-        for cast in (outer_cast, inner_cast):
-            if cast is not None and cast.free_name() != x:
+        for cast in (outer_cast, inner_cast):  # the guard makes the weight's dtype x's
+            if cast is not None and cast.free_name() != x and not (weight is not None and same(cast, weight)):
                 raise Mismatch("the result is cast to a dtype other than the input's")
         if outer_cast is not None and inner_cast is not None:
             raise Mismatch("the result is cast back twice")
@@ -305,14 +344,29 @@ class RmsNorm(Rule):
             node = value.node
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 found = self._sqrt_of_ms(value.at(node.right))
-                if found is not None and same(self._value(found[0]), self._value(value.at(node.left))):
-                    return value.at(node.left), found[1], None
+                operand = self._operand(found, value.at(node.left))
+                if operand is not None:
+                    return operand, found[1], None
         elif len(factors) == 2:
             for operand, inv in (factors, factors[::-1]):
                 found = self._inv_rms(inv)
-                if found is not None and same(self._value(found[0]), self._value(operand)):
+                operand = self._operand(found, operand)
+                if operand is not None:
                     return operand, found[1], None
         raise Mismatch(GENERIC)
+
+    def _operand(self, found: Optional[Tuple[Expr, Expr]], scaled: Expr) -> Optional[Expr]:
+        """What is normalised when ``scaled`` is multiplied (or divided) by the inverse RMS of
+        ``found[0]``: ``scaled`` when both are the same value; the float32 ``found[0]`` when it is
+        ``scaled`` cast to float32 (T5), as the product with the float32 inverse RMS promotes
+        ``scaled`` to float32 exactly."""
+        if found is None:
+            return None
+        squared, scaled = self._value(found[0]), self._value(scaled)
+        if same(squared, scaled):
+            return scaled
+        inner, upcast = self._upcast(squared)
+        return squared if upcast and same(inner, scaled) else None
 
     def _factors(self, expr: Expr) -> List[Expr]:
         """The operands of a chain of ``*`` (locals followed)."""

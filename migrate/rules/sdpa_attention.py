@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrate.rules._attention_patterns import is_vendored_helper
+from migrate.rules._attention_rule import is_vendored_helper
 from migrate.rules.base import ImportSpec, Rule
 
 API = "torch.nn.functional.scaled_dot_product_attention"

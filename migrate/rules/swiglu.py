@@ -5,6 +5,10 @@ to something only known at run time such as ``ACT2FN[config.hidden_act]``):
 
 * separate projections of one input, ``act(self.gate(x)) * self.up(x)`` →
   ``npu_glue.swiglu(act, self.gate(x), self.up(x))``;
+* the same over three consecutive statements (T5's ``T5DenseGatedActDense``), ``a = act(self.gate(x))``
+  and ``b = self.up(x)`` (either order) then ``a * b`` → ``npu_glue.swiglu(act, self.gate(x),
+  self.up(x))`` in place of the product, the two assignments removed (their comments kept); when
+  ``a`` or ``b`` is read anywhere else it is reported (NPU331) instead;
 * a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` followed by
   ``act(gate) * up`` → ``npu_glue.swiglu_halves(act, self.gate_up(x))`` (the split is removed).
 
@@ -21,7 +25,9 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from migrate.rules._dataflow import Expr, bind, last_dim, number, same, tuple_targets, uses, walk
+from migrate.rules._dataflow import (
+    Expr, assigned_name, bind, last_dim, names_in, number, same, tuple_targets, uses, walk,
+)
 from migrate.rules.base import Rule
 from opmap import Fallback
 
@@ -40,6 +46,13 @@ ORDER_PLAN = Fallback(
     "npu_swiglu activates the first half. Reorder the fused projection's output rows so the gate comes "
     "first (swap the two halves of the weight, and of the bias, when loading the checkpoint), then use "
     "torch_npu.npu_swiglu(gate_up, dim=-1).",
+)
+REUSE_PLAN = Fallback(
+    "manual",
+    "Folding the three statements into one npu_glue.swiglu call would change what the other read sees. Keep "
+    "the original code (it runs on the NPU, unfused), or keep gate = self.<gate>(x) and up = self.<up>(x) as "
+    "plain projections, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU "
+    "at run time), and compute act(gate) separately only where it is read.",
 )
 
 
@@ -115,21 +128,19 @@ class SwiGlu(Rule):
             if not _projections_of_one_input(gate, up):
                 continue
             if kind == "gelu":
-                self.report(node, "GeGLU (GELU-gated MLP) not fused: npu_geglu's activated half and GELU "
-                                  "approximation must be checked for your CANN version", fallback=GEGLU_PLAN, code=REPORT)
+                self._report_geglu(node)
                 return
-            self._rewrite_product(node, act_side, kind, "separate gate and up projections",
-                                  lambda updated: (getattr(updated, up_side), _arg(getattr(updated, act_side))),
-                                  "swiglu")
+            operands = lambda updated: (_arg(getattr(updated, act_side)), getattr(updated, up_side))  # noqa: E731
+            self._rewrite_product(node, getattr(node, act_side).func, kind, "separate gate and up projections",
+                                  "swiglu", operands)
             return
 
-    def _rewrite_product(self, node, act_side, kind, form, parts, helper, split=None) -> None:
-        act_code = self.ctx.module.code_for_node(getattr(node, act_side).func)
+    def _rewrite_product(self, node, act, kind, form, helper, operands) -> None:
+        """Replace the product ``node`` by ``npu_glue.<helper>(act, *operands(updated product))``."""
+        act_code = self.ctx.module.code_for_node(act)
 
         def fix(updated: cst.BinaryOperation) -> cst.BaseExpression:
-            up, gate = parts(updated)
-            args = [cst.Arg(cst.parse_expression(act_code))]
-            args += [cst.Arg(split())] if split is not None else [cst.Arg(gate), cst.Arg(up)]
+            args = [cst.Arg(cst.parse_expression(act_code)), *(cst.Arg(o) for o in operands(updated))]
             call = cst.Call(cst.parse_expression(f"npu_glue.{helper}"), _commas(args))
             return call.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
@@ -146,6 +157,75 @@ class SwiGlu(Rule):
             split = self._split(first)
             if split is not None:
                 self._halves(first, second, *split)
+        for first, second, third in zip(statements, statements[1:], statements[2:]):
+            self._statements(first, second, third)
+
+    def _fold(self, removed: List[cst.BaseStatement], into: cst.BaseStatement) -> List[cst.SimpleStatementLine]:
+        """Fixes (part of a product's rewrite, no finding of their own) that remove the statements
+        ``removed`` and move their comments onto ``into``; the removed statements, as rebuilt, are
+        collected in the returned list in order (before the product after them is fixed)."""
+        stash: List[cst.SimpleStatementLine] = []
+
+        def remove(updated: cst.SimpleStatementLine):
+            stash.append(updated)
+            return cst.RemovalSentinel.REMOVE
+
+        def keep_comments(updated: cst.SimpleStatementLine):
+            moved = [line for stmt in stash for line in _comment_lines(stmt)]
+            return updated.with_changes(leading_lines=[*moved, *updated.leading_lines])
+
+        if self.ctx.enabled(self.code):
+            for stmt in removed:
+                self.also_fix(stmt, remove)
+            self.also_fix(into, keep_comments)
+        return stash
+
+    def _report_geglu(self, node: cst.CSTNode) -> None:
+        self.report(node, "GeGLU (GELU-gated MLP) not fused: npu_geglu's activated half and GELU "
+                          "approximation must be checked for your CANN version", fallback=GEGLU_PLAN, code=REPORT)
+
+    # -- separate projections over three statements -------------------------------------------
+    def _statements(self, first: cst.BaseStatement, second: cst.BaseStatement, third: cst.BaseStatement) -> None:
+        """``a = act(self.gate(x))`` and ``b = self.up(x)`` (either order), then ``a * b`` in ``third``."""
+        bound: Dict[str, cst.BaseExpression] = {}
+        for stmt in (first, second):
+            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            name = assigned_name(small) if small is not None else None
+            if name is None:
+                return
+            bound[name] = small.value
+        for node in _products(third):
+            for act_side, up_side in (("left", "right"), ("right", "left")):
+                act_name, up_name = getattr(node, act_side), getattr(node, up_side)
+                if not (isinstance(act_name, cst.Name) and isinstance(up_name, cst.Name)
+                        and act_name.value in bound and up_name.value in bound and act_name.value != up_name.value):
+                    continue
+                found = self._activation(bound[act_name.value])
+                # the projections move into the product: they must read there what they read here
+                if found is None or not _projections_of_one_input(found[1], bound[up_name.value]) \
+                        or set(bound) & set(names_in(found[1])):
+                    continue
+                self._gated_statements(node, found[0], (act_name.value, up_name.value), [first, second], third)
+                return
+
+    def _gated_statements(self, node, kind, names, removed, third) -> None:
+        if kind == "gelu":
+            self._report_geglu(node)
+            return
+        reused = [n for n in names if uses(self._functions[-1].body, n) != 2]  # bound once and read once
+        if reused:
+            self.report(node, "SwiGLU over three statements not fused: " + " and ".join(f"`{n}`" for n in reused)
+                        + " is read elsewhere in the function", fallback=REUSE_PLAN, code=REPORT)
+            return
+        self._handled.add(id(node))
+        act_at = [assigned_name(s.body[0]) for s in removed].index(names[0])
+        stash = self._fold(removed, third)
+
+        def operands(updated):
+            return _arg(stash[act_at].body[0].value), stash[1 - act_at].body[0].value
+
+        self._rewrite_product(node, removed[act_at].body[0].value.func, kind,
+                              "gate and up projections in separate statements", "swiglu", operands)
 
     def _split(self, stmt: cst.BaseStatement) -> Optional[Tuple[Tuple[str, str], cst.BaseExpression, bool]]:
         """((first, second), the split tensor, along the last dim) for ``a, b = t.chunk(2, dim)``."""
@@ -187,8 +267,7 @@ class SwiGlu(Rule):
         if any(uses(function.body, n) != 2 for n in names):  # bound once (the split) and read once
             return
         if kind == "gelu":
-            self.report(node, "GeGLU (GELU-gated MLP) not fused: npu_geglu's activated half and GELU "
-                              "approximation must be checked for your CANN version", fallback=GEGLU_PLAN, code=REPORT)
+            self._report_geglu(node)
             return
         if activated != gate_name or not on_last:
             why = "the second half is activated" if activated != gate_name else "the split is not along the last dim"
@@ -197,26 +276,20 @@ class SwiGlu(Rule):
             return
         self._handled.add(id(node))
         function_form = self.qualified_name(first.body[0].value.func) == "torch.chunk"
-        stash: List[cst.SimpleStatementLine] = []
-
-        def remove_split(updated: cst.SimpleStatementLine):
-            stash.append(updated)
-            return cst.RemovalSentinel.REMOVE
-
-        def keep_comments(updated: cst.SimpleStatementLine):
-            return updated.with_changes(leading_lines=[*stash[0].leading_lines, *updated.leading_lines])
-
-        if self.ctx.enabled(self.code):  # part of the product's rewrite (one finding for the three fixes)
-            self.also_fix(first, remove_split)
-            self.also_fix(second, keep_comments)
-        self._rewrite_product(node, act_side, kind, "fused gate_up projection split with chunk(2)",
-                              lambda updated: (None, None), "swiglu_halves",
-                              split=lambda: _split_input(stash[0].body[0].value, function_form))
+        stash = self._fold([first], second)
+        self._rewrite_product(node, getattr(node, act_side).func, kind, "fused gate_up projection split with chunk(2)",
+                              "swiglu_halves", lambda updated: (_split_input(stash[0].body[0].value, function_form),))
 
 
 def _split_input(call: cst.Call, function_form: bool) -> cst.BaseExpression:
     """The tensor split by ``torch.chunk(t, 2, ...)`` or ``t.chunk(2, ...)``."""
     return call.args[0].value if function_form else call.func.value
+
+
+def _comment_lines(stmt: cst.SimpleStatementLine) -> List[cst.EmptyLine]:
+    """The lines above a statement and its trailing comment, as lines to put above another one."""
+    comment = stmt.trailing_whitespace.comment
+    return [*stmt.leading_lines, *([cst.EmptyLine(comment=comment)] if comment else [])]
 
 
 def _is_self(node: cst.CSTNode) -> bool:

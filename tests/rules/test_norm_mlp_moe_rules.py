@@ -38,6 +38,20 @@ class LlamaRMSNorm(nn.Module):
         return self.weight * hidden_states.to(input_dtype)
 
 
+class T5LayerNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
+            hidden_states = hidden_states.to(self.weight.dtype)
+        return self.weight * hidden_states
+
+
 class MetaRMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-5):
         super().__init__()
@@ -136,6 +150,21 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class GatedActDense(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.wi_0 = nn.Linear(8, 12, bias=False)
+        self.wi_1 = nn.Linear(8, 12, bias=False)
+        self.wo = nn.Linear(12, 8, bias=False)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        hidden_gelu = self.act(self.wi_0(hidden_states))
+        hidden_linear = self.wi_1(hidden_states)
+        hidden_states = hidden_gelu * hidden_linear
+        return self.wo(hidden_states)
+
+
 class Expert(nn.Module):
     def __init__(self, act):
         super().__init__()
@@ -177,7 +206,8 @@ def route_in_dtype(router_logits, top_k):
 def _activations():
     from transformers.activations import ACT2FN
 
-    return {"silu": nn.SiLU(), "hf-silu": ACT2FN["silu"], "gelu-tanh": nn.GELU(approximate="tanh"), "swish": ACT2FN["swish"]}
+    return {"silu": nn.SiLU(), "hf-silu": ACT2FN["silu"], "gelu-tanh": nn.GELU(approximate="tanh"), "swish": ACT2FN["swish"],
+            "gelu-new": ACT2FN["gelu_new"]}  # T5 v1.1's dense_act_fn
 
 
 def migrate(source: str, code: str) -> str:
@@ -238,7 +268,7 @@ def twins(original_ns, migrated_ns, name, *args, dtype=None):
 
 
 # -- RMSNorm ------------------------------------------------------------------------------------
-NORMS = ["LlamaRMSNorm", "MetaRMSNorm", "ScaleRMSNorm", "PowNorm", "NoWeightNorm", "FunctionalNorm"]
+NORMS = ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm", "ScaleRMSNorm", "PowNorm", "NoWeightNorm", "FunctionalNorm"]
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +281,7 @@ def norms(npu):
 
 @pytest.mark.parametrize("name", NORMS)
 @pytest.mark.parametrize("x_dtype,w_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
-                                             (torch.bfloat16, torch.float32)])
+                                             (torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)])
 def test_rms_norm_forms_match_the_original(npu, norms, name, x_dtype, w_dtype):
     before, after = twins(*norms, name, 16, dtype=w_dtype)
     x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(1)).to(x_dtype)
@@ -264,7 +294,7 @@ def test_rms_norm_forms_match_the_original(npu, norms, name, x_dtype, w_dtype):
     assert len(calls) == (1 if fused else 0), "the fast path runs exactly when the dtypes agree"
 
 
-@pytest.mark.parametrize("name", ["LlamaRMSNorm", "MetaRMSNorm"])
+@pytest.mark.parametrize("name", ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm"])
 def test_rms_norm_gradients_match(npu, norms, name):
     before, after = twins(*norms, name, 16)
     x = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
@@ -302,14 +332,15 @@ def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
 @pytest.fixture(scope="module")
 def mlps(npu):
     migrated = migrate(MLPS, "NPU330")
-    assert migrated.count("npu_glue.swiglu(") == 2 and migrated.count("npu_glue.swiglu_halves(") == 1
+    assert migrated.count("npu_glue.swiglu(") == 3 and migrated.count("npu_glue.swiglu_halves(") == 1
     activations = _activations()
     return load(MLPS, ACTIVATIONS=activations), load(migrated, ACTIVATIONS=activations)
 
 
 @pytest.mark.parametrize("name,act", [("LlamaMLP", "silu"), ("LlamaMLP", "hf-silu"), ("LlamaMLP", "swish"),
                                       ("LlamaMLP", "gelu-tanh"), ("FeedForward", None), ("Expert", "silu"),
-                                      ("Expert", "gelu-tanh")])
+                                      ("Expert", "gelu-tanh"), ("GatedActDense", "hf-silu"),
+                                      ("GatedActDense", "gelu-new")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_swiglu_forms_match_the_original(npu, mlps, name, act, dtype):
     before, after = twins(*mlps, name, act, dtype=dtype)
@@ -319,10 +350,10 @@ def test_swiglu_forms_match_the_original(npu, mlps, name, act, dtype):
     want = before(x)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_swiglu", dtype))
-    assert len(calls) == (0 if act == "gelu-tanh" else 1), "fused exactly when the activation is SiLU"
+    assert len(calls) == (0 if act in ("gelu-tanh", "gelu-new") else 1), "fused exactly when the activation is SiLU"
 
 
-@pytest.mark.parametrize("name", ["LlamaMLP", "Expert"])
+@pytest.mark.parametrize("name", ["LlamaMLP", "GatedActDense", "Expert"])
 def test_swiglu_gradients_match(npu, mlps, name):
     before, after = twins(*mlps, name, "silu")
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
