@@ -35,7 +35,7 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
     root = Path(root).resolve()
     listed = _git_files(root)
     paths = listed if listed is not None else _walk(root)
-    prefixes = [p for p in (_relative_dir(root, Path(e)) for e in exclude) if p]
+    prefixes = [p for p in (relative_dir(root, Path(e)) for e in exclude) if p]
     files = Files()
     for rel in sorted(set(paths)):
         if any(rel == p or rel.startswith(p + "/") for p in prefixes):
@@ -49,7 +49,8 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
     return files
 
 
-def _relative_dir(root: Path, path: Path) -> Optional[str]:
+def relative_dir(root: Path, path: Path) -> Optional[str]:
+    """``path`` relative to the resolved ``root``, with forward slashes; None when outside it."""
     try:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:

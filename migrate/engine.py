@@ -52,6 +52,10 @@ def _crashed_rule(exc: BaseException) -> str:
     return "a rule"
 
 
+def _exception_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
 def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
     """A file that could not be processed: one tool finding, the original kept."""
     where = f"{path}:{line}:{col}" if line else path
@@ -88,8 +92,7 @@ class Engine:
         try:
             cst.visit_batched(module, [rule(ctx) for rule in rules])
         except Exception as exc:
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {detail}")
+            return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {_exception_line(exc)}")
 
         findings = self._place(path, module, ctx)
         if not ctx.fixes:
@@ -97,8 +100,7 @@ class Engine:
         try:
             migrated, helpers = self._apply(ctx, in_package)
         except Exception as exc:
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            return error_result(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {detail}")
+            return error_result(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {_exception_line(exc)}")
         if migrated == source:
             return FileResult(path, "unchanged", findings)
         try:
@@ -131,7 +133,6 @@ class Engine:
         if imports:
             new_module = add_imports(new_module, imports, ctx.names)
         return new_module.code, helpers
-
 
 
 def build_engine(table: OpTable, select=None, ignore=None) -> Engine:

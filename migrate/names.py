@@ -70,8 +70,6 @@ class NameResolver:
                 self.other_bindings.update(_target_names(target.target))
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
             self.other_bindings.update(_target_names(node.target))
-        elif isinstance(node, (cst.Global, cst.Nonlocal)):
-            pass
 
     def _compound(self, node: cst.CSTNode) -> None:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):

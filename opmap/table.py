@@ -78,9 +78,6 @@ class OpTable:
     def records(self) -> List[OpRecord]:
         return sorted([*self._exact.values(), *self._prefix.values()], key=lambda r: r.api)
 
-    def by_code(self, code: str) -> List[OpRecord]:
-        return [r for r in self.records() if r.code == code]
-
 
 def load_table(extra_files: Sequence[Path] = ()) -> OpTable:
     """The built-in table extended/overridden by ``extra_files`` (raises ``SchemaError``)."""

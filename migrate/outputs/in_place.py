@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from migrate.discovery import git_toplevel
+from migrate.discovery import git_toplevel, relative_dir
 from migrate.outputs.atomic import write_atomic
 from migrate.outputs.changes import Change
 
@@ -36,7 +36,8 @@ def check_in_place(root: Path, force: bool, exclude: Sequence[Path] = ()) -> boo
 def _why_unsafe(root: Path, exclude: Sequence[Path]) -> Optional[str]:
     if git_toplevel(root) is None:
         return f"{root} is not in a git work tree, so the originals could not be restored"
-    pathspec = ["."] + [f":(exclude){_rel(root, e)}" for e in exclude if _rel(root, e)]
+    resolved = root.resolve()
+    pathspec = ["."] + [f":(exclude){rel}" for rel in (relative_dir(resolved, Path(e)) for e in exclude) if rel]
     done = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *pathspec],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -46,13 +47,6 @@ def _why_unsafe(root: Path, exclude: Sequence[Path]) -> Optional[str]:
         shown = ", ".join(line[3:] for line in dirty[:3]) + (" ..." if len(dirty) > 3 else "")
         return f"{root} has uncommitted changes ({shown})"
     return None
-
-
-def _rel(root: Path, path: Path) -> Optional[str]:
-    try:
-        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
-        return None
 
 
 def write_in_place(root: Path, changes: Sequence[Change], backup: bool) -> List[Path]:
