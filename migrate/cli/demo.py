@@ -37,7 +37,8 @@ def demo(
     shutil.copytree(DEMO_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
     console.print(f"Demo repo copied to {repo}", soft_wrap=True)
 
-    code = run_migration(repo, out, False, False, reports, [], None, None, None, False, False)
+    code = run_migration(path=repo, out=out, in_place=False, force=False, report_dir=reports, opmap=[], select=None,
+                         ignore=None, jobs=None, check=False, diff=False)
     if code & (exitcodes.CONFIG_ERROR | exitcodes.FILE_ERRORS):
         raise typer.Exit(code)
     console.print(f"Review the diff: {reports / 'changes.patch'}\nRead the report: {reports / 'report.md'}", soft_wrap=True)
