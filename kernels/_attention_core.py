@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Tuple
 
 import torch
 
-from kernels._checks import require
+from kernels._checks import dtype_name, require
 
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
@@ -83,10 +83,10 @@ def bool_mask(op: str, mask: torch.Tensor, allowed=(torch.bool, torch.uint8)) ->
     require(
         not mask.is_floating_point(), op,
         f"atten_mask must be bool/uint8 with True/1 = masked out; got an additive float mask "
-        f"({str(mask.dtype).replace('torch.', '')}). Convert it with `mask < 0`, or pass it as pse",
+        f"({dtype_name(mask.dtype)}). Convert it with `mask < 0`, or pass it as pse",
     )
-    names = "/".join(str(d).replace("torch.", "") for d in allowed)
-    require(mask.dtype in allowed, op, f"atten_mask must be {names}, got {str(mask.dtype).replace('torch.', '')}")
+    names = "/".join(dtype_name(d) for d in allowed)
+    require(mask.dtype in allowed, op, f"atten_mask must be {names}, got {dtype_name(mask.dtype)}")
     return mask if mask.dtype == torch.bool else mask != 0
 
 

@@ -13,6 +13,11 @@ class NpuOpError(RuntimeError):
     """An input that the real torch_npu op would reject."""
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float16`` -> ``float16``, for error messages."""
+    return str(dtype).replace("torch.", "")
+
+
 def require(cond: bool, op: str, message: str) -> None:
     if not cond:
         raise NpuOpError(f"{op}: {message}")
@@ -26,15 +31,15 @@ def check_dtypes(op: str, allowed, **tensors) -> None:
         if t.dtype == torch.float64:
             raise NpuOpError(f"{op}: {name} is float64, and the NPU does not support float64")
         if t.dtype not in allowed:
-            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-            raise NpuOpError(f"{op}: {name} has dtype {str(t.dtype).replace('torch.', '')}; supported: {names}")
+            names = ", ".join(dtype_name(d) for d in allowed)
+            raise NpuOpError(f"{op}: {name} has dtype {dtype_name(t.dtype)}; supported: {names}")
 
 
 def check_same_dtype(op: str, **tensors) -> None:
     present = {n: t for n, t in tensors.items() if t is not None}
     dtypes = {t.dtype for t in present.values()}
     if len(dtypes) > 1:
-        desc = ", ".join(f"{n}={str(t.dtype).replace('torch.', '')}" for n, t in present.items())
+        desc = ", ".join(f"{n}={dtype_name(t.dtype)}" for n, t in present.items())
         raise NpuOpError(f"{op}: inputs must share one dtype, got {desc}")
 
 

@@ -1,10 +1,10 @@
-"""Small helpers shared by the emulated non-attention kernels."""
+"""Small helpers shared by the emulated kernels."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels._checks import require
+from kernels._checks import dtype_name, require
 
 #: The floating dtypes the NPU vector units compute in (no float64 on an NPU).
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -26,6 +26,6 @@ def require_gamma_dtype(op: str, x: torch.Tensor, gamma: torch.Tensor) -> None:
     """The fused norms take gamma in x's dtype (a float32 weight with bf16 activations is refused)."""
     require(
         gamma.dtype == x.dtype, op,
-        f"gamma dtype {str(gamma.dtype).replace('torch.', '')} must equal x dtype "
-        f"{str(x.dtype).replace('torch.', '')} (cast the weight, or x, first)",
+        f"gamma dtype {dtype_name(gamma.dtype)} must equal x dtype "
+        f"{dtype_name(x.dtype)} (cast the weight, or x, first)",
     )

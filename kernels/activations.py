@@ -35,6 +35,11 @@ def fast_gelu_f32(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(1.702 * x)
 
 
+def _fast_gelu(op: str, x: torch.Tensor) -> torch.Tensor:
+    check_dtypes(op, FLOATS, self=x)
+    return fast_gelu_f32(x.float()).to(x.dtype)
+
+
 @npu_op
 def npu_swiglu(self, dim=-1):
     """``A, B = self.chunk(2, dim)``; ``silu(A) * B``."""
@@ -69,12 +74,10 @@ def npu_gelu(self, *, approximate='none'):
 @npu_op
 def npu_fast_gelu(self):
     """``x * sigmoid(1.702 x)`` - a sigmoid approximation, NOT erf/tanh GELU."""
-    check_dtypes("npu_fast_gelu", FLOATS, self=self)
-    return fast_gelu_f32(self.float()).to(self.dtype)
+    return _fast_gelu("npu_fast_gelu", self)
 
 
 @npu_op
 def fast_gelu(self):
     """The older name of ``npu_fast_gelu`` (also exported by torch_npu)."""
-    check_dtypes("fast_gelu", FLOATS, self=self)
-    return fast_gelu_f32(self.float()).to(self.dtype)
+    return _fast_gelu("fast_gelu", self)

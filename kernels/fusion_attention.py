@@ -27,11 +27,11 @@ import torch
 
 from kernels import _attention_core as core
 from kernels._checks import NpuOpError, check_dtypes, check_same_dtype, require
+from kernels._common import FLOATS
 from kernels.registry import npu_op
 
 OP = "npu_fusion_attention"
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_D = 768
 _MAX_HEADS = 256
 _MAX_VARLEN_BATCH = 2048
@@ -97,7 +97,7 @@ def _seq_lengths(name: str, cum, total: int) -> list:
 
 def _check_args(query, key, value, pse, padding_mask, atten_mask, keep_prob, inner_precise,
                 sparse_mode, softmax_layout, sink, dropout_mask, input_layout) -> str:
-    check_dtypes(OP, _FLOATS, query=query, key=key, value=value, pse=pse)
+    check_dtypes(OP, FLOATS, query=query, key=key, value=value, pse=pse)
     check_same_dtype(OP, query=query, key=key, value=value, pse=pse)
     layout = str(input_layout).upper()
     require(layout in LAYOUTS, OP, f"input_layout must be one of {', '.join(LAYOUTS)}, got {input_layout!r}")

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from kernels import _attention_core as core
-from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
 from kernels.registry import npu_op
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -140,7 +140,7 @@ def _infer(op: str, query, key, value, *, atten_mask, pse_shift, actual_q: Optio
         max_kv = k.shape[2]
     else:
         require(block_table.dtype == torch.int32 and block_table.dim() == 2 and block_table.shape[0] == B, op,
-                f"block_table must be int32 [B={B}, maxBlocks], got {str(block_table.dtype).replace('torch.', '')} {tuple(block_table.shape)}")
+                f"block_table must be int32 [B={B}, maxBlocks], got {dtype_name(block_table.dtype)} {tuple(block_table.shape)}")
         require(key.dim() == 3 and key.shape[1] == block_size and key.shape[2] == nkv * D, op,
                 f"paged key/value must be [num_blocks, block_size={block_size}, Nkv*D={nkv * D}], got {tuple(key.shape)}")
         paged_block_rule(block_size)

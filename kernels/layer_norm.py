@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
 from kernels._common import FLOATS, norm_dims
 from kernels.registry import npu_op
 
@@ -20,7 +20,7 @@ def _check_weights(op: str, x: torch.Tensor, **weights) -> None:
         if w is not None:
             require(
                 w.dtype in (x.dtype, torch.float32), op,
-                f"{name} dtype {str(w.dtype).replace('torch.', '')} must be x's dtype or float32",
+                f"{name} dtype {dtype_name(w.dtype)} must be x's dtype or float32",
             )
 
 

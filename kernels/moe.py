@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
 from kernels._common import FLOATS
 from kernels.registry import npu_op
 
@@ -19,7 +19,7 @@ from kernels.registry import npu_op
 def _require_int32(op: str, **tensors) -> None:
     for name, t in tensors.items():
         if t is not None:
-            require(t.dtype == torch.int32, op, f"{name} must be int32, got {str(t.dtype).replace('torch.', '')}")
+            require(t.dtype == torch.int32, op, f"{name} must be int32, got {dtype_name(t.dtype)}")
 
 
 @npu_op

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._checks import check_dtypes, require
+from kernels._checks import check_dtypes, dtype_name, require
 from kernels._common import FLOATS
 from kernels.registry import npu_op
 
@@ -21,7 +21,7 @@ def npu_scaled_masked_softmax(x, mask, scale=1, fixed_triu_mask=False):
     op = "npu_scaled_masked_softmax"
     check_dtypes(op, FLOATS, x=x)
     require(mask.dtype == torch.bool, op,
-            f"mask must be bool (True = masked), got {str(mask.dtype).replace('torch.', '')}")
+            f"mask must be bool (True = masked), got {dtype_name(mask.dtype)}")
     require(fixed_triu_mask is False, op, "fixed_triu_mask is a reserved parameter; only False is supported")
     require(x.dim() == 4, op, f"x must be 4-D (viewed as NCHW), got {x.dim()}-D")
     for name, size in (("H", x.shape[-2]), ("W", x.shape[-1])):

@@ -1,8 +1,6 @@
-"""``npu_fusion_attention`` against an independent float64 reference written here.
+"""``npu_fusion_attention`` against the independent float64 reference of ``attention_ref``.
 
-The reference is plain matmul-softmax-matmul on BNSD tensors with explicit masks built from the
-documented formulas (``triu``/``tril``), never the emulator's core. The ``small_blocks`` fixture
-shrinks the core's blocks so that every case runs through many query and key/value blocks with
+The ``small_blocks`` fixture makes every case run through many query and key/value blocks with
 ragged edges (the online-softmax merging, band skipping, block-wise dropout and backward).
 """
 
@@ -17,87 +15,14 @@ import torch
 import kernels._attention_core as core
 from kernels._checks import NpuOpError
 from kernels.fusion_attention import npu_fusion_attention
+from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
+    INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
+)
 from tests.kernels.tolerances import TOL  # per-dtype output tolerances, with their reasons
 
 # float32 gradients go through four Skv- or Sq-long fp32 matmul chains (vs a float64 reference)
 GRAD_TOL = dict(atol=1e-4, rtol=1e-4)
-INT_MAX = 2147483647
 B, NQ, NKV, SQ, SKV, D = 2, 4, 2, 23, 37, 16
-
-
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(core, "BLOCK_KV", 8)
-    monkeypatch.setattr(core, "BLOCK_Q", 8)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: thread hand-offs would cost more than the work
-    yield
-    torch.set_num_threads(threads)
-
-
-# ----------------------------------------------------------------------------- reference
-
-def reference(q, k, v, *, scale, mask=None, pse=None, pse_scaled=True, dead_rows="mean", keep=None):
-    """softmax(logits) @ v in float64 (BNSD, GQA by repeating K/V); mask True = masked out.
-
-    A row with every key masked yields the mean of V ("mean", the large-negative-fill behaviour)
-    or 0 ("zero", inner_precise=2). ``keep``: dropout keep-mask already divided by keep_prob.
-    """
-    q, k, v = q.double(), k.double(), v.double()
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = q @ k.transpose(-1, -2)
-    if pse is None:
-        s = scale * s
-    elif pse_scaled:
-        s = scale * (s + pse.double())
-    else:
-        s = scale * s + pse.double()
-    dead = None
-    if mask is not None:
-        mask = mask.bool().expand(s.shape)
-        dead = mask.all(-1, keepdim=True)
-        s = s.masked_fill(mask, -math.inf).masked_fill(dead, 0.0)
-    p = torch.softmax(s, -1)
-    if dead is not None and dead_rows == "zero":
-        p = p.masked_fill(dead, 0.0)
-    if keep is not None:
-        p = p * keep
-    return p @ v
-
-
-def band(sq, skv, pre, nxt, bottom_right=False):
-    """The doc's band: masked = triu(ones, n+1) + tril(ones, -p-1), shifted by Skv-Sq if anchored bottom-right."""
-    shift = skv - sq if bottom_right else 0
-    ones = torch.ones(sq, skv, dtype=torch.bool)
-    return torch.triu(ones, shift + nxt + 1) | torch.tril(ones, shift - pre - 1)
-
-
-def compressed():
-    return torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
-
-
-def to_layout(x, layout):
-    """BNSD -> layout, written independently of the emulator."""
-    b, n, s, d = x.shape
-    return {
-        "BNSD": lambda: x,
-        "BSND": lambda: x.permute(0, 2, 1, 3).contiguous(),
-        "BSH": lambda: x.permute(0, 2, 1, 3).reshape(b, s, n * d),
-        "SBH": lambda: x.permute(2, 0, 1, 3).reshape(s, b, n * d),
-    }[layout]()
-
-
-def from_layout(y, layout, n):
-    if layout == "BNSD":
-        return y
-    if layout == "BSND":
-        return y.permute(0, 2, 1, 3)
-    if layout == "BSH":
-        b, s, h = y.shape
-        return y.reshape(b, s, n, h // n).permute(0, 2, 1, 3)
-    s, b, h = y.shape  # SBH
-    return y.reshape(s, b, n, h // n).permute(1, 2, 0, 3)
 
 
 def qkv(dtype=torch.float32, b=B, nq=NQ, nkv=NKV, sq=SQ, skv=SKV, d=D, dv=None, grad=False):
@@ -257,6 +182,7 @@ def test_seven_tuple_shapes_dtypes_and_softmax_statistics():
     assert (seed, offset, numels) == (0, 0, 0)
     logits = SCALE * q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)
     rowmax = logits.amax(-1)
+    # float32 vs float64: the max is one dot product (1e-5); the sum adds Skv float32 exps over blocks (1e-4)
     torch.testing.assert_close(smax.double(), rowmax.unsqueeze(-1).expand(-1, -1, -1, 8), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ssum.double(), (logits - rowmax.unsqueeze(-1)).exp().sum(-1, keepdim=True).expand(-1, -1, -1, 8),
                                atol=1e-4, rtol=1e-5)

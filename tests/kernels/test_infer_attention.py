@@ -1,5 +1,5 @@
-"""PFA / IFA / FIA against the float64 reference of ``test_fusion_attention`` (written there, not
-the emulator's core), with logits ``scale * QK^T + pse_shift``. These ops are fp16/bf16 only."""
+"""PFA / IFA / FIA against the float64 reference of ``attention_ref`` (written independently
+of the emulator's core), with logits ``scale * QK^T + pse_shift``. These ops are fp16/bf16 only."""
 
 from __future__ import annotations
 
@@ -15,22 +15,14 @@ from kernels.infer_attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
-from tests.kernels.test_fusion_attention import INT_MAX, band, compressed, from_layout, reference, to_layout
+from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
+    INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
+)
 from tests.kernels.tolerances import TOL
 
 B, N, NKV, SQ, SKV, D = 2, 4, 2, 19, 29, 16
 SCALE = 1 / math.sqrt(D)
 HALF = torch.float16
-
-
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(core, "BLOCK_KV", 8)
-    monkeypatch.setattr(core, "BLOCK_Q", 8)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: thread hand-offs would cost more than the work
-    yield
-    torch.set_num_threads(threads)
 
 
 def qkv(dtype=HALF, sq=SQ, skv=SKV, nkv=NKV, d=D, b=B):
@@ -159,6 +151,7 @@ def test_fia_prefill_defaults_and_lse():
     close(out, reference(q, k, v, scale=SCALE, mask=mask))  # next_tokens defaults to INT_MAX: not causal
     logits = (SCALE * q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)).masked_fill(mask, -math.inf)
     assert lse.shape == (B, N, SQ, 1) and lse.dtype == torch.float32
+    # lse = max + log(sum) with the sum of Skv exps accumulated in float32 over blocks (vs float64 here)
     torch.testing.assert_close(lse.double(), torch.logsumexp(logits, -1, keepdim=True), atol=1e-4, rtol=1e-5)
     _, no_lse = npu_fused_infer_attention_score(q, k, v, num_heads=N, num_key_value_heads=NKV, input_layout="BNSD")
     assert no_lse.shape == (1,) and no_lse.dtype == torch.float32 and no_lse.item() == 0
