@@ -155,6 +155,23 @@ def bind(call: cst.Call, names: Sequence[str], offset: int = 0) -> Optional[Dict
     return bound
 
 
+def call_args(node: cst.CSTNode, qualified: Optional[str], functions, method: str,
+              params: Sequence[str]) -> Optional[Dict[str, cst.BaseExpression]]:
+    """Arguments by parameter name of ``torch.f(a, ...)`` (``qualified``, the qualified name of
+    ``node.func``, in ``functions``) or ``a.method(...)``; ``params[0]`` names the tensor."""
+    if not isinstance(node, cst.Call):
+        return None
+    if qualified in functions:
+        args = bind(node, params)
+    elif qualified is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == method:
+        args = bind(node, params, offset=1)
+        if args is not None:
+            args[params[0]] = node.func.value
+    else:
+        return None
+    return args if args is not None and params[0] in args else None
+
+
 def number(node: Optional[cst.BaseExpression]) -> Optional[float]:
     """The value of a (possibly negated) int/float literal."""
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):

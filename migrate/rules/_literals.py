@@ -14,6 +14,7 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
+from migrate.rules._syntax import code
 from migrate.rules._table import TORCH_NPU, dotted
 from migrate.rules.base import Rule
 
@@ -114,10 +115,9 @@ class LiteralRule(Rule):
             if id(site) in self._seen:
                 continue
             self._seen.add(id(site))
-            before = cst.Module([]).code_for_node(site)
-            after = cst.Module([]).code_for_node(replace_words(site, self.words))
-            self.rewrite(site, lambda updated: replace_words(updated, self.words), f"{before} → {after}",
-                         target=string_value(replace_words(site, self.words)), imports=self._imports)
+            replaced = replace_words(site, self.words)
+            self.rewrite(site, lambda updated: replace_words(updated, self.words), f"{code(site)} → {code(replaced)}",
+                         target=string_value(replaced), imports=self._imports)
 
     # -- positions ------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import libcst as cst
 
 from migrate.rules._dataflow import (
-    Env, Expr, assigned_name, bind, is_true, last_dim, loose_env, number, param_names, pure_code, same,
+    Env, Expr, assigned_name, bind, call_args, is_true, last_dim, loose_env, number, param_names, pure_code, same,
     straight_line, walk,
 )
 
@@ -332,15 +332,5 @@ class NormMatcher:
         node = expr.node
         if not isinstance(node, cst.Call):
             return None
-        qualified = self.qualify(node.func)
-        if qualified in functions:
-            args = bind(node, params)
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == method and qualified is None:
-            args = bind(node, params, offset=1)
-            if args is not None:
-                args[params[0]] = node.func.value
-        else:
-            return None
-        if args is None or params[0] not in args:
-            return None
-        return {k: expr.at(v) for k, v in args.items()}
+        args = call_args(node, self.qualify(node.func), functions, method, params)
+        return None if args is None else {k: expr.at(v) for k, v in args.items()}

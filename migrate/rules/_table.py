@@ -13,6 +13,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from migrate.rules._syntax import code
 from migrate.rules.base import ImportSpec, Rule
 from opmap import OpRecord, OpTable
 
@@ -218,7 +219,7 @@ class TableNameRule(Rule):
             new_alias = cst.ImportAlias(cst.Name(name), asname)
             groups.setdefault(module, []).append(new_alias)
             if first is None:
-                first = (f"{base}.{alias.name.value}", module, cst.Module([]).code_for_node(new_alias))
+                first = (f"{base}.{alias.name.value}", module, code(new_alias))
         if first is None:
             return
 

@@ -31,8 +31,9 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrate.rules._dataflow import Expr, assigned_name, bind, is_true, last_dim, loose_env, number, pure_code, \
+from migrate.rules._dataflow import Expr, assigned_name, call_args, is_true, last_dim, loose_env, number, pure_code, \
     tuple_targets, uses, walk
+from migrate.rules._syntax import is_name
 from migrate.rules._table import TORCH_NPU
 from migrate.rules.base import Rule
 from opmap import Fallback
@@ -81,16 +82,7 @@ class MoeGating(Rule):
         """Arguments by name of ``torch.f(x, ...)`` (``functions``) or ``x.method(...)``."""
         if not isinstance(node, cst.Call):
             return None
-        qualified = self.qualified_name(node.func)
-        if qualified in functions:
-            args = bind(node, params)
-        elif qualified is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == method:
-            args = bind(node, params, offset=1)
-            if args is not None:
-                args[params[0]] = node.func.value
-        else:
-            return None
-        return args if args is not None and params[0] in args else None
+        return call_args(node, self.qualified_name(node.func), functions, method, params)
 
     # -- the router -----------------------------------------------------------------------------
     def visit_If(self, node: cst.If) -> None:
@@ -118,7 +110,7 @@ class MoeGating(Rule):
         softmax = self._call(first.body[0].value, SOFTMAX, "softmax", SOFTMAX_PARAMS)
         topk_call = second.body[0].value
         topk = self._call(topk_call, TOPK, "topk", TOPK_PARAMS)
-        if softmax is None or topk is None or not _is_name(topk["input"], probs):
+        if softmax is None or topk is None or not is_name(topk["input"], probs):
             return
         self._done.add(id(topk_call))
         weights, indices = targets
@@ -213,6 +205,3 @@ class MoeGating(Rule):
             or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "sigmoid"
                 and self.qualified_name(node.func) is None))
 
-
-def _is_name(node: cst.BaseExpression, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name

@@ -8,6 +8,7 @@ import runpy
 import libcst as cst
 import pytest
 
+import kernels
 from migrate.diagnostics import DOCS_DIR, all_codes
 from migrate.engine import Engine
 from migrate.rules.cuda_api import CudaApi
@@ -204,9 +205,6 @@ def test_training_script_end_to_end(table, tmp_path):
     again = migrate(table, migrated)
     assert again.status == "unchanged" and not [f for f in again.findings if f.action == "rewritten"]
 
-    kernels = pytest.importorskip("kernels", reason="the emulated NPU (kernels/) is not there yet")
-    if not hasattr(kernels, "emulate"):
-        pytest.skip("kernels.emulate does not exist yet")
     original_path, migrated_path = tmp_path / "train_cuda.py", tmp_path / "train_npu.py"
     original_path.write_text(TRAIN_SCRIPT)
     migrated_path.write_text(migrated)
