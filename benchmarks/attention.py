@@ -47,7 +47,7 @@ def _child(impl: str, seq: int, repeats: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    from kernels.fusion_attention import npu_fusion_attention
+    from npu_migrate.kernels.fusion_attention import npu_fusion_attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, N, seq, D) for _ in range(3))

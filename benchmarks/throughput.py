@@ -26,9 +26,9 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from migrate.discovery import discover  # noqa: E402
-from migrate.runner import chunked, run  # noqa: E402
-from opmap import load_table  # noqa: E402
+from npu_migrate.migrate.discovery import discover  # noqa: E402
+from npu_migrate.migrate.runner import chunked, run  # noqa: E402
+from npu_migrate.opmap import load_table  # noqa: E402
 
 
 def _default_dir() -> Path:

@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Tuple
 
 import torch
 
-from kernels._checks import dtype_name, require
+from npu_migrate.kernels._checks import dtype_name, require
 
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._checks import check_dtypes, require
-from kernels._common import FLOATS
-from kernels.registry import npu_op
+from npu_migrate.kernels._checks import check_dtypes, require
+from npu_migrate.kernels._common import FLOATS
+from npu_migrate.kernels.registry import npu_op
 
 #: Which half ``npu_geglu(activate_left=False)`` passes through GELU. The current CANN docs
 #: (aclnnGeGluV3, CANN 8.3/8.5) say the RIGHT half: ``out = A * gelu(B)``; older docs (CANN 8.0

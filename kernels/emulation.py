@@ -43,7 +43,7 @@ from typing import Iterator, List
 
 import torch
 
-from kernels.device import (
+from npu_migrate.kernels.device import (
     REAL_DEVICE,
     DeviceMap,
     Patch,
@@ -53,9 +53,9 @@ from kernels.device import (
     tensor_method_patches,
     torch_patches,
 )
-from kernels.distributed import distributed_patches
-from kernels.npu_api import EmulatedDeviceModule, stream_patches
-from kernels.torch_npu_module import torch_npu_patches
+from npu_migrate.kernels.distributed import distributed_patches
+from npu_migrate.kernels.npu_api import EmulatedDeviceModule, stream_patches
+from npu_migrate.kernels.torch_npu_module import torch_npu_patches
 
 
 @dataclass

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels import _attention_core as core
-from kernels._checks import NpuOpError, check_dtypes, check_same_dtype, require
-from kernels._common import FLOATS
-from kernels.registry import npu_op
+from npu_migrate.kernels import _attention_core as core
+from npu_migrate.kernels._checks import NpuOpError, check_dtypes, check_same_dtype, require
+from npu_migrate.kernels._common import FLOATS
+from npu_migrate.kernels.registry import npu_op
 
 OP = "npu_fusion_attention"
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")

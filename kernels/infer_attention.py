@@ -29,9 +29,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from kernels import _attention_core as core
-from kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
-from kernels.registry import npu_op
+from npu_migrate.kernels import _attention_core as core
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from npu_migrate.kernels.registry import npu_op
 
 _HALF = (torch.float16, torch.bfloat16)
 _LAYOUTS = ("BSH", "BSND", "BNSD", "BNSD_BSND")

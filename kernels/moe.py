@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
-from kernels._common import FLOATS
-from kernels.registry import npu_op
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from npu_migrate.kernels._common import FLOATS
+from npu_migrate.kernels.registry import npu_op
 
 
 def _require_int32(op: str, **tensors) -> None:

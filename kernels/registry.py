@@ -28,10 +28,10 @@ _loaded = False
 def load_all() -> Dict[str, Callable]:
     global _loaded
     if not _loaded:
-        import kernels
+        from npu_migrate import kernels
 
         for info in pkgutil.iter_modules(kernels.__path__):
             if not info.name.startswith("_"):
-                importlib.import_module(f"kernels.{info.name}")
+                importlib.import_module(f"npu_migrate.kernels.{info.name}")
         _loaded = True
     return OPS

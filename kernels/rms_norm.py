@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
-from kernels._common import FLOATS, norm_dims, require_gamma_dtype
-from kernels.registry import npu_op
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from npu_migrate.kernels._common import FLOATS, norm_dims, require_gamma_dtype
+from npu_migrate.kernels.registry import npu_op
 
 
 def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim: int, xf=None):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
-from kernels._common import FLOATS
-from kernels.registry import npu_op
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from npu_migrate.kernels._common import FLOATS
+from npu_migrate.kernels.registry import npu_op
 
 
 def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:

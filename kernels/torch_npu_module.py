@@ -14,12 +14,12 @@ import sys
 import types
 from typing import Any, Dict, List
 
-from kernels.device import Patch, replace
+from npu_migrate.kernels.device import Patch, replace
 
 __version__ = "2.14.0+emulated"
 
 # Submodules imported on first use: fake name -> the kernels module that provides it.
-LAZY_SUBMODULES = {"torch_npu.optim": "kernels.optim"}
+LAZY_SUBMODULES = {"torch_npu.optim": "npu_migrate.kernels.optim"}
 
 
 class TorchNpuModule(types.ModuleType):
@@ -28,7 +28,7 @@ class TorchNpuModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        from kernels.registry import load_all
+        from npu_migrate.kernels.registry import load_all
 
         ops = load_all()
         if name in ops:
@@ -36,7 +36,7 @@ class TorchNpuModule(types.ModuleType):
         raise AttributeError(f"torch_npu.{name} is not emulated by kernels (the emulated NPU)")
 
     def __dir__(self) -> List[str]:
-        from kernels.registry import load_all
+        from npu_migrate.kernels.registry import load_all
 
         return sorted(set(vars(self)) | set(load_all()))
 

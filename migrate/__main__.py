@@ -1,3 +1,3 @@
-from migrate.cli import main
+from npu_migrate.migrate.cli import main
 
 main()

@@ -29,7 +29,7 @@ def doc_page(code: str) -> Optional[str]:
 
 def all_codes() -> Dict[str, str]:
     """Every diagnostic code with its one-line summary (tool codes and rule codes)."""
-    from migrate.rules import all_rules
+    from npu_migrate.migrate.rules import all_rules
 
     codes = dict(TOOL_CODES)
     for rule in all_rules():

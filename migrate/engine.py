@@ -12,14 +12,14 @@ from typing import Callable, Dict, List, Sequence, Set, Type
 
 import libcst as cst
 
-from migrate import diagnostics
-from migrate.findings import FileResult, Finding
-from migrate.imports import add_imports
-from migrate.names import NameResolver
-from migrate.positions import positions
-from migrate.rules.base import FileContext, Fix, ImportSpec, Rule
-from migrate.rules import code_enabled, select_rules
-from opmap import OpTable
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.findings import FileResult, Finding
+from npu_migrate.migrate.imports import add_imports
+from npu_migrate.migrate.names import NameResolver
+from npu_migrate.migrate.positions import positions
+from npu_migrate.migrate.rules.base import FileContext, Fix, ImportSpec, Rule
+from npu_migrate.migrate.rules import code_enabled, select_rules
+from npu_migrate.opmap import OpTable
 
 
 class _ApplyFixes(cst.CSTTransformer):

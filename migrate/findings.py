@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from opmap import Fallback
+from npu_migrate.opmap import Fallback
 
 ACTIONS = ("rewritten", "reported")
 FILE_STATUSES = ("changed", "unchanged", "skipped", "error")

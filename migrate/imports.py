@@ -14,8 +14,8 @@ from typing import Iterable, List
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.names import NameResolver
-from migrate.rules.base import ImportSpec
+from npu_migrate.migrate.names import NameResolver
+from npu_migrate.migrate.rules.base import ImportSpec
 
 
 def _statement(spec: ImportSpec) -> cst.SimpleStatementLine:

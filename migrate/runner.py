@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from migrate import diagnostics
-from migrate.engine import Engine, build_engine, error_result
-from migrate.findings import FileResult, Finding
-from opmap import OpTable
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.engine import Engine, build_engine, error_result
+from npu_migrate.migrate.findings import FileResult, Finding
+from npu_migrate.opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 
@@ -101,7 +101,7 @@ def chunked(items: Sequence, jobs: int) -> List[list]:
 @contextmanager
 def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A transient Rich bar on stderr (when it is a terminal); yields the function that advances it."""
-    from migrate.console import console
+    from npu_migrate.migrate.console import console
 
     if not enabled or total <= PROGRESS_MIN_FILES or not console.is_terminal:
         yield lambda n: None

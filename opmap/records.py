@@ -14,7 +14,7 @@ from typing import Dict, Optional, Tuple
 
 import yaml
 
-from opmap.yaml_source import SchemaError, check_keys, line_of, mapping_items, plain
+from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, mapping_items, plain
 
 STATUSES = ("native", "rename", "fused", "fallback", "unsupported")
 PLANS = ("cpu", "composite", "custom-kernel", "replace-library", "manual")

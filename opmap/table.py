@@ -11,8 +11,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
-from opmap.records import OpRecord, parse_record
-from opmap.yaml_source import SchemaError, compose, line_of
+from npu_migrate.opmap.records import OpRecord, parse_record
+from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of
 
 BUILTIN_DIR = Path(__file__).parent
 

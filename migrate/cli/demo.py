@@ -10,11 +10,11 @@ from typing import Optional
 
 import typer
 
-from migrate import exitcodes
-from migrate.cli.app import app
-from migrate.cli.parity import run_and_show
-from migrate.cli.run import run_migration
-from migrate.console import console
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
+from npu_migrate.migrate.cli.parity import run_and_show
+from npu_migrate.migrate.cli.run import run_migration
+from npu_migrate.migrate.console import console
 
 DEMO_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
 

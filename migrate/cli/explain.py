@@ -7,10 +7,10 @@ from typing import Optional
 import typer
 from rich.markdown import Markdown
 
-from migrate import exitcodes
-from migrate.cli.app import app
-from migrate.console import console
-from migrate.diagnostics import all_codes, doc_page
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
+from npu_migrate.migrate.console import console
+from npu_migrate.migrate.diagnostics import all_codes, doc_page
 
 
 @app.command("explain")

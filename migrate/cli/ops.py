@@ -8,10 +8,10 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from migrate import exitcodes
-from migrate.cli.app import app
-from migrate.console import console
-from opmap import SchemaError, load_file, load_table
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
+from npu_migrate.migrate.console import console
+from npu_migrate.opmap import SchemaError, load_file, load_table
 
 ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True)
 app.add_typer(ops_app, name="ops")

@@ -9,10 +9,10 @@ from typing import Optional
 
 import typer
 
-from migrate import exitcodes
-from migrate.cli.app import app
-from migrate.console import console
-from migrate.outputs.atomic import write_atomic
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
+from npu_migrate.migrate.console import console
+from npu_migrate.migrate.outputs.atomic import write_atomic
 
 
 class Backing(str, Enum):
@@ -35,7 +35,7 @@ def parity(
 def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path], backing: str,
                  json_out: Optional[Path] = None) -> int:
     """Run a parity spec, print the table, write the JSON; returns the exit code."""
-    from migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
+    from npu_migrate.migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
 
     try:
         with console.status("parity: starting") as status:

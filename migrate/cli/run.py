@@ -8,17 +8,17 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from migrate import exitcodes
-from migrate.cli.app import app
-from migrate.console import console
-from migrate.discovery import discover
-from migrate.outputs import PATCH_NAME, write_reports
-from migrate.outputs.changes import collect_changes
-from migrate.outputs.in_place import InPlaceRefused, check_in_place, write_in_place
-from migrate.outputs.patch import apply_command, build_patch
-from migrate.outputs.tree import default_out_dir, write_tree
-from migrate.runner import RunResult, run
-from opmap import SchemaError, load_table
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
+from npu_migrate.migrate.console import console
+from npu_migrate.migrate.discovery import discover
+from npu_migrate.migrate.outputs import PATCH_NAME, write_reports
+from npu_migrate.migrate.outputs.changes import collect_changes
+from npu_migrate.migrate.outputs.in_place import InPlaceRefused, check_in_place, write_in_place
+from npu_migrate.migrate.outputs.patch import apply_command, build_patch
+from npu_migrate.migrate.outputs.tree import default_out_dir, write_tree
+from npu_migrate.migrate.runner import RunResult, run
+from npu_migrate.opmap import SchemaError, load_table
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
     f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items() if code != exitcodes.PARITY_FAILED) + "."

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
-from migrate.outputs import report_json, report_md
-from migrate.outputs.atomic import write_atomic
-from migrate.runner import RunResult
+from npu_migrate.migrate.outputs import report_json, report_md
+from npu_migrate.migrate.outputs.atomic import write_atomic
+from npu_migrate.migrate.runner import RunResult
 
 PATCH_NAME = "changes.patch"
 

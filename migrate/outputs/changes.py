@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from migrate.runner import RunResult
+from npu_migrate.migrate.runner import RunResult
 
 HELPERS_DIR = Path(__file__).resolve().parents[1] / "helpers"
 

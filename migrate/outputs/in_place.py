@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from migrate.discovery import git_toplevel, relative_dir
-from migrate.outputs.atomic import write_atomic
-from migrate.outputs.changes import Change
+from npu_migrate.migrate.discovery import git_toplevel, relative_dir
+from npu_migrate.migrate.outputs.atomic import write_atomic
+from npu_migrate.migrate.outputs.changes import Change
 
 
 class InPlaceRefused(Exception):

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 from typing import List, Sequence
 
-from migrate.discovery import git_toplevel
-from migrate.outputs.changes import Change
+from npu_migrate.migrate.discovery import git_toplevel
+from npu_migrate.migrate.outputs.changes import Change
 
 NO_NEWLINE = "\\ No newline at end of file\n"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from migrate.runner import RunResult
+from npu_migrate.migrate.runner import RunResult
 
 SCHEMA_VERSION = 1
 FINDING_KEYS = ("code", "path", "line", "col", "message", "api", "action", "target", "fallback")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from itertools import groupby
 from typing import List
 
-from migrate import diagnostics
-from migrate.findings import Finding
-from migrate.outputs.report_json import summary
-from migrate.runner import RunResult
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.findings import Finding
+from npu_migrate.migrate.outputs.report_json import summary
+from npu_migrate.migrate.runner import RunResult
 
 
 def _cell(text: str) -> str:

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from migrate.outputs.atomic import link_atomic, write_atomic
-from migrate.outputs.changes import Change
-from migrate.runner import RunResult
+from npu_migrate.migrate.outputs.atomic import link_atomic, write_atomic
+from npu_migrate.migrate.outputs.changes import Change
+from npu_migrate.migrate.runner import RunResult
 
 
 def default_out_dir(root: Path) -> Path:

@@ -6,11 +6,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from migrate.parity.criteria import Criteria, default_criteria
-from migrate.parity.localise import first_divergent
-from migrate.parity.metrics import compare
-from migrate.parity.report import CaseResult, TensorResult
-from migrate.parity.spec import Case
+from npu_migrate.migrate.parity.criteria import Criteria, default_criteria
+from npu_migrate.migrate.parity.localise import first_divergent
+from npu_migrate.migrate.parity.metrics import compare
+from npu_migrate.migrate.parity.report import CaseResult, TensorResult
+from npu_migrate.migrate.parity.spec import Case
 
 
 def compare_tensors(kind: str, original: Dict[str, torch.Tensor], migrated: Dict[str, torch.Tensor],

@@ -1,7 +1,7 @@
 """Op coverage of the migrated run: a dispatch-level trace of the aten ops that have no NPU kernel
 (they would fall back to the CPU on a real NPU) and of any float64 use (no float64 on an NPU).
 
-An aten op counts as a fallback when it is not in ``aten_ops_with_npu_kernels.txt`` (copied from
+An aten op counts as a fallback when it is not in ``aten_ops_with_npu_kernels.txt`` (from
 the torch-npu 2.14.0 wheel) and has no backend-independent kernel: a CompositeExplicitAutograd
 kernel (views, for example, run on any device), or the CompositeExplicitAutogradNonFunctional
 kernel of a structured op whose ``.out`` overload has an NPU kernel (it calls that). Ops that a
@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable, Dict, FrozenSet
 
 import torch
+
+from npu_migrate.opmap import reference
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -33,8 +34,7 @@ COVERED_BY_COMPOSITE = {"_scaled_dot_product_": "scaled_dot_product_attention"}
 @functools.lru_cache(maxsize=None)
 def npu_kernel_ops() -> FrozenSet[str]:
     """``name.overload`` (and bare ``name`` for the default overload) of ops with NPU kernels."""
-    lines = Path(__file__).with_name("aten_ops_with_npu_kernels.txt").read_text().splitlines()
-    return frozenset(line.split("(", 1)[0].strip() for line in lines if line.strip() and not line.startswith("#"))
+    return frozenset(line.split("(", 1)[0].strip() for line in reference.lines(reference.ATEN_OPS_WITH_NPU_KERNELS))
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,9 +14,9 @@ from typing import Dict, List, Optional
 
 import torch
 
-from migrate.parity.criteria import Criteria
-from migrate.parity.metrics import Metrics, compare
-from migrate.parity.outputs import flatten
+from npu_migrate.migrate.parity.criteria import Criteria
+from npu_migrate.migrate.parity.metrics import Metrics, compare
+from npu_migrate.migrate.parity.outputs import flatten
 
 ROOT = "(model)"
 NEIGHBOURS = 2  # calls listed on each side of the first divergent one

@@ -9,9 +9,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from migrate.parity.criteria import Criteria
-from migrate.parity.localise import Localisation
-from migrate.parity.metrics import Metrics
+from npu_migrate.migrate.parity.criteria import Criteria
+from npu_migrate.migrate.parity.localise import Localisation
+from npu_migrate.migrate.parity.metrics import Metrics
 
 MAX_LISTED = 5  # failing tensors listed per case in the console
 

@@ -12,10 +12,9 @@ from typing import Callable, Optional
 
 import torch
 
-import migrate
-from migrate.parity.compare import compare_case
-from migrate.parity.report import ParityReport
-from migrate.parity.spec import SpecError, load_spec
+from npu_migrate.migrate.parity.compare import compare_case
+from npu_migrate.migrate.parity.report import ParityReport
+from npu_migrate.migrate.parity.spec import SpecError, load_spec
 
 OUTPUT_TAIL_LINES = 15
 
@@ -37,10 +36,8 @@ class _Worker:
             "result": str(self.result_path),
         }))
         env = dict(os.environ)
-        package_root = str(Path(migrate.__file__).resolve().parents[1])  # so migrate and kernels import
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "migrate.parity.worker", str(request)],
+            [sys.executable, "-m", "npu_migrate.migrate.parity.worker", str(request)],
             cwd=tmp, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import yaml
 
-from migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
+from npu_migrate.migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
 
 CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "train", "output", "tolerance")
 TENSOR_KEYS = ("shape", "dtype", "low", "high")

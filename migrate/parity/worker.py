@@ -1,4 +1,4 @@
-"""One side of a parity run, in a process of its own: ``python -m migrate.parity.worker REQUEST``.
+"""One side of a parity run, in a process of its own: ``python -m npu_migrate.migrate.parity.worker REQUEST``.
 
 REQUEST is a JSON file ``{"side", "tree", "spec", "backing", "result"}``. The worker activates the
 emulation for its side (the original: CUDA calls mapped onto the backing device; the migrated:
@@ -26,10 +26,10 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch.utils._pytree import tree_map
 
-from migrate.parity.coverage import OpTrace
-from migrate.parity.localise import ModuleRecorder
-from migrate.parity.outputs import flatten, scalar_loss, select
-from migrate.parity.spec import Case, Ref, TensorSpec, load_spec
+from npu_migrate.migrate.parity.coverage import OpTrace
+from npu_migrate.migrate.parity.localise import ModuleRecorder
+from npu_migrate.migrate.parity.outputs import flatten, scalar_loss, select
+from npu_migrate.migrate.parity.spec import Case, Ref, TensorSpec, load_spec
 
 SEED = 0  # the model and the inputs are built from this seed
 LEARNING_RATE = 0.01  # the one SGD step of train cases
@@ -57,13 +57,13 @@ def stage(what: str):
 
 # -- the emulation ------------------------------------------------------------------------------
 def activate(side: str, backing: str, trace: Optional[OpTrace]) -> None:
-    import kernels
+    from npu_migrate import kernels
 
     if side == "migrated":
         kernels.activate(backing)
         torch_npu = sys.modules.get("torch_npu")
         if trace is not None and torch_npu is not None and getattr(torch_npu, "emulated", False):
-            from kernels.registry import load_all
+            from npu_migrate.kernels.registry import load_all
 
             for name in load_all():
                 if hasattr(torch_npu, name):

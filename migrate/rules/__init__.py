@@ -8,7 +8,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable, List, Optional, Type
 
-from migrate.rules.base import Rule
+from npu_migrate.migrate.rules.base import Rule
 
 _NOT_RULES = {"base"}
 

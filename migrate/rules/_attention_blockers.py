@@ -11,10 +11,10 @@ from typing import Optional
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.rules._attention_exprs import softmax_in
-from migrate.rules._later_uses import statements_after
-from migrate.rules._syntax import Qualify, arg, assign, code, keyword_value, method, names_in
-from opmap import Fallback
+from npu_migrate.migrate.rules._attention_exprs import softmax_in
+from npu_migrate.migrate.rules._later_uses import statements_after
+from npu_migrate.migrate.rules._syntax import Qualify, arg, assign, code, keyword_value, method, names_in
+from npu_migrate.opmap import Fallback
 
 BIAS_NAME = re.compile(r"bias|position|alibi|pse|rel", re.I)
 SOFTMAX_WITHIN = 5  # statements after other score forms in which their softmax must follow

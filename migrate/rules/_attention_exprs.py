@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.rules._syntax import Qualify, arg, code, int_value, is_name, method
+from npu_migrate.migrate.rules._syntax import Qualify, arg, code, int_value, is_name, method
 
 SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 MATMUL = {"torch.matmul"}

@@ -23,17 +23,17 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from migrate.rules._attention_blockers import (
+from npu_migrate.migrate.rules._attention_blockers import (
     Blocked, blocker_in_scores, head_mask, other_score_forms, position_bias, probabilities_used)
-from migrate.rules._attention_definitions import (
+from npu_migrate.migrate.rules._attention_definitions import (
     causal_alignment, is_dropout_module, is_repeat_kv, is_tril_buffer, self_attr)
-from migrate.rules._attention_exprs import (
+from npu_migrate.migrate.rules._attention_exprs import (
     CASTS, DROPOUT_FN, is_softmax_of, matmul, plain_number, softmax_casts, transposed, very_negative)
-from migrate.rules._later_uses import blocks_of, load_sites_after, loads_after
-from migrate.rules._syntax import (
+from npu_migrate.migrate.rules._later_uses import blocks_of, load_sites_after, loads_after
+from npu_migrate.migrate.rules._syntax import (
     Qualify, arg, assign, code, int_value, is_name, method, names_in, parenthesized, reads_only_metadata,
     rename, substitute)
-from migrate.tree import walk
+from npu_migrate.migrate.tree import walk
 
 
 @dataclass

@@ -7,8 +7,8 @@ from typing import List
 
 import libcst as cst
 
-from migrate.rules._attention_exprs import SOFTMAX
-from migrate.rules._attention_patterns import FunctionAnalysis
+from npu_migrate.migrate.rules._attention_exprs import SOFTMAX
+from npu_migrate.migrate.rules._attention_patterns import FunctionAnalysis
 
 
 def is_vendored_helper(path: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from migrate.tree import walk  # noqa: F401 (re-exported for the rules)
+from npu_migrate.migrate.tree import walk  # noqa: F401 (re-exported for the rules)
 
 Env = Mapping[str, "Expr"]
 

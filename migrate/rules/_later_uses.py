@@ -8,7 +8,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.rules._syntax import names_in
+from npu_migrate.migrate.rules._syntax import names_in
 
 
 def blocks_of(stmt) -> List[cst.BaseSuite]:

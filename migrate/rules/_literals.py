@@ -14,9 +14,9 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
-from migrate.rules._syntax import code
-from migrate.rules._table import TORCH_NPU, dotted
-from migrate.rules.base import Rule
+from npu_migrate.migrate.rules._syntax import code
+from npu_migrate.migrate.rules._table import TORCH_NPU, dotted
+from npu_migrate.migrate.rules.base import Rule
 
 
 def string_value(node: cst.CSTNode) -> Optional[str]:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from migrate.rules._dataflow import (
+from npu_migrate.migrate.rules._dataflow import (
     Env, Expr, assigned_name, bind, call_args, is_true, last_dim, loose_env, number, param_names, pure_code, same,
     straight_line, walk,
 )

@@ -19,9 +19,9 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.rules._syntax import arg
-from migrate.rules._dataflow import docstring_count, number
-from migrate.rules._table import dotted
+from npu_migrate.migrate.rules._syntax import arg
+from npu_migrate.migrate.rules._dataflow import docstring_count, number
+from npu_migrate.migrate.rules._table import dotted
 
 HALF, INTERLEAVE = "half", "interleave"
 

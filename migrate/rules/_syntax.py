@@ -6,7 +6,7 @@ from typing import Callable, Dict, Optional, Set, Tuple
 
 import libcst as cst
 
-from migrate.tree import walk
+from npu_migrate.migrate.tree import walk
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]  # a node -> its qualified name, when it names an import
 

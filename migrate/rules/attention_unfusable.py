@@ -7,9 +7,9 @@ probabilities used after the product with V, and einsum forms the rules do not p
 
 from __future__ import annotations
 
-from migrate.rules._attention_blockers import Blocked
-from migrate.rules._attention_rule import FunctionRule
-from migrate.rules.base import Rule
+from npu_migrate.migrate.rules._attention_blockers import Blocked
+from npu_migrate.migrate.rules._attention_rule import FunctionRule
+from npu_migrate.migrate.rules.base import Rule
 
 
 class AttentionUnfusable(FunctionRule, Rule):

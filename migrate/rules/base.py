@@ -13,10 +13,10 @@ from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Un
 
 import libcst as cst
 
-from migrate.findings import Finding
-from migrate.names import NameResolver
-from migrate.tree import TreeIndex
-from opmap import Fallback, OpRecord, OpTable
+from npu_migrate.migrate.findings import Finding
+from npu_migrate.migrate.names import NameResolver
+from npu_migrate.migrate.tree import TreeIndex
+from npu_migrate.opmap import Fallback, OpRecord, OpTable
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 

@@ -5,7 +5,7 @@ whole); imports are rebound keeping the user's local names (``from torch import 
 ``from torch_npu import npu as cuda``). Names without a public twin are reported.
 """
 
-from migrate.rules._table import TableNameRule
+from npu_migrate.migrate.rules._table import TableNameRule
 
 
 class CudaApi(TableNameRule):

@@ -2,8 +2,8 @@
 
 import libcst as cst
 
-from migrate.rules._members import MemberRule
-from migrate.rules._table import TORCH_NPU
+from npu_migrate.migrate.rules._members import MemberRule
+from npu_migrate.migrate.rules._table import TORCH_NPU
 
 
 class CudaMethod(MemberRule):

@@ -9,8 +9,8 @@ import re
 
 import libcst as cst
 
-from migrate.rules._literals import LiteralRule
-from migrate.rules._table import dotted
+from npu_migrate.migrate.rules._literals import LiteralRule
+from npu_migrate.migrate.rules._table import dotted
 
 
 class DeviceString(LiteralRule):

@@ -16,9 +16,9 @@ from typing import Dict, List
 
 import libcst as cst
 
-from migrate.rules._attention_patterns import Fusion
-from migrate.rules._attention_rule import FunctionRule
-from migrate.rules.base import Fix, ImportSpec, Rule
+from npu_migrate.migrate.rules._attention_patterns import Fusion
+from npu_migrate.migrate.rules._attention_rule import FunctionRule
+from npu_migrate.migrate.rules.base import Fix, ImportSpec, Rule
 
 TARGET = "torch_npu.npu_fusion_attention"
 WIDTH = 100

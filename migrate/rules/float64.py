@@ -8,8 +8,8 @@ from typing import Set
 
 import libcst as cst
 
-from migrate.rules._members import MemberRule
-from migrate.rules._table import TableNameRule
+from npu_migrate.migrate.rules._members import MemberRule
+from npu_migrate.migrate.rules._table import TableNameRule
 
 
 class Float64(TableNameRule, MemberRule):

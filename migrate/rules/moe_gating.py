@@ -31,12 +31,12 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrate.rules._dataflow import Expr, assigned_name, call_args, is_true, last_dim, loose_env, number, pure_code, \
+from npu_migrate.migrate.rules._dataflow import Expr, assigned_name, call_args, is_true, last_dim, loose_env, number, pure_code, \
     tuple_targets, uses, walk
-from migrate.rules._syntax import is_name
-from migrate.rules._table import TORCH_NPU
-from migrate.rules.base import Rule
-from opmap import Fallback
+from npu_migrate.migrate.rules._syntax import is_name
+from npu_migrate.migrate.rules._table import TORCH_NPU
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
 
 REPORT = "NPU341"
 HELPER = "npu_glue"

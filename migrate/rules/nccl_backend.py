@@ -4,8 +4,8 @@
 
 import re
 
-from migrate.rules._literals import LiteralRule
-from migrate.rules._table import TableNameRule
+from npu_migrate.migrate.rules._literals import LiteralRule
+from npu_migrate.migrate.rules._table import TableNameRule
 
 _ONE = r"((cpu|cuda):)?(nccl|gloo|mpi|ucc|hccl)"
 

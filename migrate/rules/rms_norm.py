@@ -24,11 +24,11 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrate.rules._dataflow import Expr, bind, docstring_count, pure_code, walk
-from migrate.rules._rms_norm_patterns import Mismatch, Norm, NormMatcher
-from migrate.rules._table import TORCH_NPU
-from migrate.rules.base import Rule
-from opmap import Fallback
+from npu_migrate.migrate.rules._dataflow import Expr, bind, docstring_count, pure_code, walk
+from npu_migrate.migrate.rules._rms_norm_patterns import Mismatch, Norm, NormMatcher
+from npu_migrate.migrate.rules._table import TORCH_NPU
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
 
 REPORT = "NPU321"
 HELPER = "npu_glue"

@@ -23,9 +23,9 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrate.rules._rotary_patterns import inline_rotation_mode, rope_terms, rotation_mode
-from migrate.rules.base import Rule
-from opmap import Fallback
+from npu_migrate.migrate.rules._rotary_patterns import inline_rotation_mode, rope_terms, rotation_mode
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
 
 FUSED, REPORTED = "NPU310", "NPU311"
 HELPER = "npu_glue"

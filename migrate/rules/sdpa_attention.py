@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrate.rules._attention_rule import is_vendored_helper
-from migrate.rules.base import ImportSpec, Rule
+from npu_migrate.migrate.rules._attention_rule import is_vendored_helper
+from npu_migrate.migrate.rules.base import ImportSpec, Rule
 
 API = "torch.nn.functional.scaled_dot_product_attention"
 TARGET = "torch_npu.npu_fusion_attention"

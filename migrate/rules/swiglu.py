@@ -25,11 +25,11 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from migrate.rules._dataflow import (
+from npu_migrate.migrate.rules._dataflow import (
     Expr, assigned_name, bind, last_dim, names_in, number, same, tuple_targets, uses, walk,
 )
-from migrate.rules.base import Rule
-from opmap import Fallback
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
 
 REPORT = "NPU331"
 HELPER = "npu_glue"

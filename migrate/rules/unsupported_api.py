@@ -12,7 +12,7 @@ from typing import Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrate.rules._table import REPORTED, TableNameRule, covering_record, dotted
+from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, covering_record, dotted
 
 
 class UnsupportedApi(TableNameRule):

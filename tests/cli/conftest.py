@@ -9,10 +9,10 @@ import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
-import migrate.rules
-from migrate.cli import app
-from migrate.rules.base import ImportSpec, Rule
-from opmap import Fallback
+from npu_migrate.migrate import rules as migrate_rules
+from npu_migrate.migrate.cli import app
+from npu_migrate.migrate.rules.base import ImportSpec, Rule
+from npu_migrate.opmap import Fallback
 
 
 class CudaToNpu(Rule):
@@ -63,11 +63,11 @@ GLUE = '"""Vendored by npu-migrate."""\n\n\ndef glue(x):\n    return x\n'
 def fake_rules(monkeypatch, tmp_path):
     """Replace the rule set with the test rules (workers are forked, so they see it too) and give
     the helper ``npu_glue`` a template."""
-    monkeypatch.setattr(migrate.rules, "all_rules", lambda: TEST_RULES)
+    monkeypatch.setattr(migrate_rules, "all_rules", lambda: TEST_RULES)
     helpers = tmp_path / "helper-templates"
     helpers.mkdir()
     (helpers / "npu_glue.py").write_text(GLUE)
-    monkeypatch.setattr("migrate.outputs.changes.HELPERS_DIR", helpers)
+    monkeypatch.setattr("npu_migrate.migrate.outputs.changes.HELPERS_DIR", helpers)
     return TEST_RULES
 
 

@@ -7,8 +7,8 @@ import sys
 
 from typer.testing import CliRunner
 
-from migrate import exitcodes
-from migrate.cli.app import app
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli.app import app
 
 
 def test_demo_migrates_applies_imports_and_passes_parity(tmp_path):
@@ -30,7 +30,7 @@ def test_demo_migrates_applies_imports_and_passes_parity(tmp_path):
 
     # the migrated package imports and runs a forward pass on the emulated NPU
     script = (
-        "import kernels, torch\n"
+        "import torch\nfrom npu_migrate import kernels\n"
         "with kernels.emulate():\n"
         "    from tinyllama.model import build_tiny\n"
         "    model = build_tiny().npu()\n"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from migrate import exitcodes
-from opmap import PLANS
+from npu_migrate.migrate import exitcodes
+from npu_migrate.opmap import PLANS
 from tests.cli.conftest import GLUE, git, git_init, invoke, snapshot, write_tree
 
 CUDA = "import torch\n\nx = torch.zeros(3).cuda()\n"

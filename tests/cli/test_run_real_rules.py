@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from migrate import exitcodes
-from migrate.rules import select_rules
-from opmap import PLANS
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.rules import select_rules
+from npu_migrate.opmap import PLANS
 from tests.cli.conftest import git, git_init, invoke, snapshot, write_tree
 
 TRAIN = '''import torch

@@ -1,9 +1,9 @@
 import libcst as cst
 import libcst.matchers as m
 
-from migrate.engine import Engine
-from migrate.rules.base import ImportSpec, Rule
-from opmap import Fallback, OpRecord, OpTable
+from npu_migrate.migrate.engine import Engine
+from npu_migrate.migrate.rules.base import ImportSpec, Rule
+from npu_migrate.opmap import Fallback, OpRecord, OpTable
 
 TABLE = OpTable([OpRecord("torch.float64", "unsupported", code="NPU901", summary="no float64 on NPU",
                           fallback=Fallback("manual", "use float32"))])

@@ -1,7 +1,7 @@
 import libcst as cst
 import pytest
 
-from migrate.names import NameResolver
+from npu_migrate.migrate.names import NameResolver
 
 
 def _calls(src):

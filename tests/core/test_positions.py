@@ -1,7 +1,7 @@
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from migrate.positions import positions
+from npu_migrate.migrate.positions import positions
 
 SOURCE = '''import torch  # comment
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
-from opmap import load_table
+from npu_migrate import kernels
+from npu_migrate.opmap import load_table
 
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 API = "torch.nn.functional.scaled_dot_product_attention"

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-import kernels._attention_core as core
+import npu_migrate.kernels._attention_core as core
 
 INT_MAX = 2147483647
 

@@ -1,4 +1,4 @@
-"""A small parser for torch_npu's op schema lines (``../shared/reference/torch_npu_*_op_schemas.txt``).
+"""A small parser for torch_npu's op schema lines (``opmap/reference/torch_npu_2.14.0_op_schemas.txt``).
 
 Each line looks like ``[custom] name.overload(Type arg, Type? arg=default, *, ...) -> ret   # notes``.
 """
@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-SCHEMA_FILE = Path(__file__).parents[2].parent / "shared/reference/torch_npu_2.14.0_op_schemas.txt"
+from npu_migrate.opmap.reference import OP_SCHEMAS
+
+SCHEMA_FILE = OP_SCHEMAS
 
 NO_DEFAULT = object()
 

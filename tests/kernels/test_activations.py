@@ -3,9 +3,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import kernels.activations as act
-from kernels._checks import NpuOpError
-from kernels.activations import fast_gelu, npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
+import npu_migrate.kernels.activations as act
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.activations import fast_gelu, npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from tests.kernels.tolerances import DTYPES, assert_close
 
 

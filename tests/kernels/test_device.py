@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from kernels import emulation
-from kernels.device import DeviceMap, Patch, PatchSet, own_value, replace
+from npu_migrate import kernels
+from npu_migrate.kernels import emulation
+from npu_migrate.kernels.device import DeviceMap, Patch, PatchSet, own_value, replace
 
 REPO = Path(__file__).resolve().parents[2]
 BACKINGS = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

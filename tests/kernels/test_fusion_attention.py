@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
-import kernels._attention_core as core
-from kernels._checks import NpuOpError
-from kernels.fusion_attention import npu_fusion_attention
+import npu_migrate.kernels._attention_core as core
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.fusion_attention import npu_fusion_attention
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
 )

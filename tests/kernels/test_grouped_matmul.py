@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kernels._checks import NpuOpError
-from kernels.grouped_matmul import npu_grouped_matmul
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
 from tests.kernels.tolerances import DTYPES, assert_close
 
 K, N = 16, 12

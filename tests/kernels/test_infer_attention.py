@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-import kernels._attention_core as core
-from kernels._checks import NpuOpError
-from kernels.infer_attention import (
+import npu_migrate.kernels._attention_core as core
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.infer_attention import (
     npu_fused_infer_attention_score,
     npu_incre_flash_attention,
     npu_prompt_flash_attention,

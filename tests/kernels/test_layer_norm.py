@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kernels._checks import NpuOpError
-from kernels.layer_norm import npu_add_layer_norm, npu_layer_norm_eval
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.layer_norm import npu_add_layer_norm, npu_layer_norm_eval
 from tests.kernels.tolerances import DTYPES, assert_close
 
 H = 32

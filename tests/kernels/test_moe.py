@@ -2,9 +2,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels._checks import NpuOpError
-from kernels.grouped_matmul import npu_grouped_matmul
-from kernels.moe import npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
+from npu_migrate.kernels.moe import npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing
 from tests.kernels.tolerances import DTYPES, assert_close
 
 NUM_ROWS, E, K, H = 6, 8, 2, 16

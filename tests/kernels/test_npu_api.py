@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import kernels
-from kernels.distributed import map_backend
-from kernels.device import DeviceMap
-from kernels.npu_api import NotEmulatedError
-from kernels.registry import load_all
+from npu_migrate import kernels
+from npu_migrate.kernels.distributed import map_backend
+from npu_migrate.kernels.device import DeviceMap
+from npu_migrate.kernels.npu_api import NotEmulatedError
+from npu_migrate.kernels.registry import load_all
 
 BACKINGS = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -177,7 +177,7 @@ def test_torch_npu_module(npu):
     from torch_npu.contrib import transfer_to_npu  # noqa: F401
     from torch_npu.optim import NpuFusedAdamW
 
-    from kernels import optim
+    from npu_migrate.kernels import optim
 
     assert torch_npu.npu is torch.npu and sys.modules["torch_npu.npu"] is torch.npu
     assert torch_npu.__version__.startswith("2.14.0") and torch_npu.emulated

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.optim.optimizer import required
 
-from kernels import optim
-from kernels.optim import NpuFusedAdam, NpuFusedAdamW, NpuFusedSGD
+from npu_migrate.kernels import optim
+from npu_migrate.kernels.optim import NpuFusedAdam, NpuFusedAdamW, NpuFusedSGD
 
 CASES = [
     (NpuFusedAdamW, torch.optim.AdamW, dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.1)),

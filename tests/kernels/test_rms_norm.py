@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from kernels._checks import NpuOpError
-from kernels.rms_norm import npu_add_rms_norm, npu_gemma_rms_norm, npu_rms_norm
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.rms_norm import npu_add_rms_norm, npu_gemma_rms_norm, npu_rms_norm
 from tests.kernels.tolerances import DTYPES, assert_close
 
 

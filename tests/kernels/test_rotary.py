@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from kernels._checks import NpuOpError
-from kernels.rotary import npu_apply_rotary_pos_emb, npu_rotary_mul
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.rotary import npu_apply_rotary_pos_emb, npu_rotary_mul
 from tests.kernels.tolerances import DTYPES, assert_close
 
 B, N, S, D = 2, 3, 5, 64

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from kernels._checks import NpuOpError
-from kernels.scaled_masked_softmax import npu_scaled_masked_softmax
+from npu_migrate.kernels._checks import NpuOpError
+from npu_migrate.kernels.scaled_masked_softmax import npu_scaled_masked_softmax
 from tests.kernels.tolerances import DTYPES, assert_close
 
 SHAPE = (2, 2, 32, 64)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
+from npu_migrate import kernels
 
 STEPS = 3
 BACKINGS = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from opmap import SchemaError, load_file, load_table
+from npu_migrate.opmap import SchemaError, load_file, load_table
 
 
 def write(tmp_path, text, name="ops.yaml"):

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from migrate.outputs.atomic import link_atomic, write_atomic
+from npu_migrate.migrate.outputs.atomic import link_atomic, write_atomic
 
 
 def test_replaces_and_keeps_the_mode(tmp_path):

@@ -1,7 +1,7 @@
 import os
 import subprocess
 
-from migrate.discovery import discover
+from npu_migrate.migrate.discovery import discover
 
 
 def _tree(root, paths):

@@ -1,7 +1,7 @@
 import subprocess
 
-from migrate.outputs.changes import Change
-from migrate.outputs.patch import apply_command, build_patch
+from npu_migrate.migrate.outputs.changes import Change
+from npu_migrate.migrate.outputs.patch import apply_command, build_patch
 
 
 def _apply(tmp_path, files, patch):

@@ -1,7 +1,7 @@
 import torch
 import torch.nn.functional as F
 
-from migrate.parity.coverage import OpTrace, falls_back
+from npu_migrate.migrate.parity.coverage import OpTrace, falls_back
 
 aten = torch.ops.aten
 

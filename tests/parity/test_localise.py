@@ -1,7 +1,7 @@
 import torch
 
-from migrate.parity.criteria import default_criteria
-from migrate.parity.localise import ModuleRecorder, first_divergent
+from npu_migrate.migrate.parity.criteria import default_criteria
+from npu_migrate.migrate.parity.localise import ModuleRecorder, first_divergent
 
 CRITERIA = default_criteria()["float32"]
 

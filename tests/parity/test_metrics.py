@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from migrate.parity.criteria import default_criteria
-from migrate.parity.metrics import compare, cosine_similarity
+from npu_migrate.migrate.parity.criteria import default_criteria
+from npu_migrate.migrate.parity.metrics import compare, cosine_similarity
 
 
 def test_identical_tensors_are_perfect():
@@ -54,8 +54,8 @@ def test_criteria_override_and_abs_or_ratio_rule():
 
 
 def test_rounding_noise_below_the_small_value_cutoff_is_not_judged_by_cosine():
-    from migrate.parity.criteria import default_criteria
-    from migrate.parity.metrics import compare
+    from npu_migrate.migrate.parity.criteria import default_criteria
+    from npu_migrate.migrate.parity.metrics import compare
 
     fp32 = default_criteria()["float32"]
     torch.manual_seed(0)

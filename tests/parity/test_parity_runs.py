@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from migrate import exitcodes
-from migrate.cli import app
-from migrate.parity import SpecError, run_parity
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli import app
+from npu_migrate.migrate.parity import SpecError, run_parity
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "parity"
 HF_FACTORY = FIXTURES / "hf_llama" / "hf_llama.py"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate.parity.spec import Ref, SpecError, TensorSpec, load_spec
+from npu_migrate.migrate.parity.spec import Ref, SpecError, TensorSpec, load_spec
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from migrate import exitcodes
-from migrate.cli import app
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 FA, ROPE = "torch_npu.npu_fusion_attention", "torch_npu.npu_rotary_mul"

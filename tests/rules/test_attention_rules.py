@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from migrate.engine import build_engine
-from opmap import load_table
+from npu_migrate import kernels
+from npu_migrate.migrate.engine import build_engine
+from npu_migrate.opmap import load_table
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "rules"

@@ -8,17 +8,17 @@ import runpy
 import libcst as cst
 import pytest
 
-import kernels
-from migrate.diagnostics import DOCS_DIR, all_codes
-from migrate.engine import Engine
-from migrate.rules.cuda_api import CudaApi
-from migrate.rules.cuda_method import CudaMethod
-from migrate.rules.device_string import DeviceString
-from migrate.rules.float64 import Float64
-from migrate.rules.is_cuda import IsCuda
-from migrate.rules.nccl_backend import NcclBackend
-from migrate.rules.unsupported_api import UnsupportedApi
-from opmap import load_table
+from npu_migrate import kernels
+from npu_migrate.migrate.diagnostics import DOCS_DIR, all_codes
+from npu_migrate.migrate.engine import Engine
+from npu_migrate.migrate.rules.cuda_api import CudaApi
+from npu_migrate.migrate.rules.cuda_method import CudaMethod
+from npu_migrate.migrate.rules.device_string import DeviceString
+from npu_migrate.migrate.rules.float64 import Float64
+from npu_migrate.migrate.rules.is_cuda import IsCuda
+from npu_migrate.migrate.rules.nccl_backend import NcclBackend
+from npu_migrate.migrate.rules.unsupported_api import UnsupportedApi
+from npu_migrate.opmap import load_table
 
 DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi]
 TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi]

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-import kernels
-from migrate.engine import build_engine
-from opmap import load_table
+from npu_migrate import kernels
+from npu_migrate.migrate.engine import build_engine
+from npu_migrate.opmap import load_table
 
 HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
 TABLE = load_table()

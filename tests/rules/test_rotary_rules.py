@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from migrate.engine import Engine
-from migrate.rules.rotary import Rotary
-from opmap import load_table as _load_table
+from npu_migrate import kernels
+from npu_migrate.migrate.engine import Engine
+from npu_migrate.migrate.rules.rotary import Rotary
+from npu_migrate.opmap import load_table as _load_table
 
 load_table = lru_cache(maxsize=1)(_load_table)
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate.engine import build_engine
-from opmap import load_table
+from npu_migrate.migrate.engine import build_engine
+from npu_migrate.opmap import load_table
 
 CASES = sorted(p for p in (Path(__file__).parents[2] / "fixtures" / "rules").iterdir() if p.is_dir())
 
@@ -45,7 +45,7 @@ def test_rule_fixture(case, table):
 
 
 def test_every_rule_has_fixtures_with_no_change_and_alias_cases():
-    from migrate.rules import all_rules
+    from npu_migrate.migrate.rules import all_rules
 
     names = [c.name for c in CASES]
     for rule in all_rules():
