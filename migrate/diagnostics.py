@@ -10,6 +10,7 @@ NOT_UTF8 = "NPU002"  # the file is not UTF-8 text
 RULE_CRASH = "NPU003"  # a rule raised on this file; the file is left unchanged
 OUTPUT_INVALID = "NPU004"  # the rewritten file did not parse again; the file is left unchanged
 READ_ERROR = "NPU005"  # the file could not be read
+NOT_APPLIED = "NPU006"  # a rewrite overlapped another one and was not applied; the site is reported
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",
@@ -17,7 +18,9 @@ TOOL_CODES: Dict[str, str] = {
     RULE_CRASH: "a rule crashed on the file",
     OUTPUT_INVALID: "the migrated file would not parse; left unchanged",
     READ_ERROR: "file could not be read",
+    NOT_APPLIED: "a rewrite was not applied: it overlaps another rewrite (the site is reported)",
 }
+FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR})  # whole files, not sites
 
 DOCS_DIR = Path(__file__).parent / "docs"
 

@@ -1,5 +1,11 @@
 """One file in, one ``FileResult`` out: parse once, run every applicable rule in one batched pass,
-apply all fixes in one transform, add the imports they need, and check the output parses.
+apply the edits of every site in one pass (``migrate.apply``), add the imports they need, and
+check the output.
+
+The engine owns the edits: it keeps only sites whose codes are selected, leaves out a site whose
+edits overlap another's (the site becomes an NPU006 finding, never a silent drop), and after the
+pass checks that every node an edit produced is in the output, downgrading a site that is not;
+so every finding reported as ``rewritten`` is in the migrated file.
 
 Nothing here raises for a bad file: unreadable, non-UTF-8, unparsable input and rule crashes all
 become an error result naming the reason, and the original text is kept.
@@ -8,39 +14,27 @@ become an error result naming the reason, and the original text is kept.
 from __future__ import annotations
 
 import traceback
-from typing import Callable, Dict, List, Sequence, Set, Type
+from typing import Callable, List, Sequence, Tuple, Type
 
 import libcst as cst
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.apply import Apply, missing, overlaps
+from npu_migrate.migrate.context import FileContext
+from npu_migrate.migrate.edits import ImportSpec, Site
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.imports import add_imports
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.positions import positions
-from npu_migrate.migrate.rules.base import FileContext, Fix, ImportSpec, Rule
 from npu_migrate.migrate.rules import code_enabled, select_rules
-from npu_migrate.opmap import OpTable
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback, OpTable
 
-
-class _ApplyFixes(cst.CSTTransformer):
-    """Applies the fixes bottom-up, descending only into nodes that hold a fixed node (``holders``:
-    the ids of the fixed nodes' ancestors), so that libcst keeps every other subtree as it is
-    instead of rebuilding it."""
-
-    def __init__(self, fixes: Dict[int, List[Fix]], holders: Set[int]) -> None:
-        super().__init__()
-        self.fixes = fixes
-        self.holders = holders
-
-    def on_visit(self, node) -> bool:
-        return id(node) in self.holders
-
-    def on_leave(self, original_node, updated_node):
-        for fix in self.fixes.get(id(original_node), ()):
-            if not isinstance(updated_node, cst.CSTNode):
-                break  # an earlier fix removed the node
-            updated_node = fix.apply(updated_node)
-        return updated_node
+NOT_APPLIED_PLAN = Fallback(
+    "manual",
+    "The overlapping rewrite was applied and this one was not. Review the site: running migrate again on the "
+    "migrated tree may apply it, or make the change by hand and check it with migrate parity.",
+)
 
 
 def _crashed_rule(exc: BaseException) -> str:
@@ -88,51 +82,77 @@ class Engine:
         except Exception as exc:  # libcst raises a few other errors on odd input
             return error_result(path, diagnostics.PARSE_ERROR, f"does not parse: {exc}")
 
-        ctx = FileContext(path, module, self.table, NameResolver(module), enabled=self.enabled)
+        names = NameResolver(module)
+        ctx = FileContext(path, module, self.table, names)
         try:
             cst.visit_batched(module, [rule(ctx) for rule in rules])
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {_exception_line(exc)}")
 
-        findings = self._place(path, module, ctx)
-        if not ctx.fixes:
-            return FileResult(path, "unchanged", findings)
+        sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
+        findings = lambda: [s.finding for s in sites]  # noqa: E731  (downgrades change them)
+        rewriting = [s for s in sites if s.edits]
+        dropped = overlaps(rewriting, ctx.tree)
+        for site in rewriting:
+            if id(site) in dropped:
+                _not_applied(site, dropped[id(site)])
+        rewriting = [s for s in rewriting if s.edits]
+        if not rewriting:
+            return FileResult(path, "unchanged", findings())
         try:
-            migrated, helpers = self._apply(ctx, in_package)
+            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports)
         except Exception as exc:
-            return error_result(path, diagnostics.RULE_CRASH, f"applying the fixes failed: {_exception_line(exc)}")
+            return error_result(path, diagnostics.RULE_CRASH, f"applying the edits failed: {_exception_line(exc)}")
         if migrated == source:
-            return FileResult(path, "unchanged", findings)
+            return FileResult(path, "unchanged", findings())
         try:
             cst.parse_module(migrated)
         except Exception as exc:
             return error_result(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
-        return FileResult(path, "changed", findings, original=source, migrated=migrated, helpers=helpers)
+        return FileResult(path, "changed", findings(), original=source, migrated=migrated, helpers=helpers)
 
-    def _place(self, path: str, module: cst.Module, ctx: FileContext) -> List[Finding]:
-        where = positions(module, [node for node, _ in ctx.findings])
-        placed = []
-        for node, finding in ctx.findings:
-            finding.path = path
-            finding.line, finding.col = where.get(id(node), (0, 0))
-            placed.append(finding)
-        return sorted(placed, key=lambda f: (f.line, f.col, f.code))
+    def _place(self, path: str, module: cst.Module, sites: List[Site]) -> List[Site]:
+        """The sites with their findings' positions, in source order."""
+        where = positions(module, [site.anchor for site in sites])
+        for site in sites:
+            site.finding.path = path
+            site.finding.line, site.finding.col = where.get(id(site.anchor), (0, 0))
+        return sorted(sites, key=lambda s: (s.finding.line, s.finding.col, s.finding.code))
 
-    def _apply(self, ctx: FileContext, in_package: bool):
-        fixes = ctx.fixes
-        holders = ctx.tree.ancestors(fix.node for group in fixes.values() for fix in group)
-        new_module = ctx.module.visit(_ApplyFixes(fixes, holders))
-        imports: List[ImportSpec] = []
-        helpers: List[str] = []
-        for fix in (f for group in fixes.values() for f in group):
-            imports.extend(fix.imports)
-            for helper in fix.helpers:
-                if helper not in helpers:
-                    helpers.append(helper)
-                    imports.append(ImportSpec(".", helper) if in_package else ImportSpec(helper))
-        if imports:
-            new_module = add_imports(new_module, imports, ctx.names)
-        return new_module.code, helpers
+    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool) -> Tuple[str, List[str]]:
+        """The migrated text and the helper modules it imports; a site whose edits did not all
+        reach the output is downgraded and the pass runs again without it."""
+        while True:
+            for site in sites:
+                site.results.clear()
+            new_module = ctx.module.visit(Apply(sites, ctx.tree))
+            imports: List[ImportSpec] = []
+            helpers: List[str] = []
+            for site in sites:
+                imports.extend(site.imports)
+                for helper in site.helpers:
+                    if helper not in helpers:
+                        helpers.append(helper)
+                        imports.append(ImportSpec(f".{helper}", helper) if in_package else ImportSpec(helper))
+            if imports:
+                new_module = add_imports(new_module, imports, ctx.names)
+            lost = missing(new_module, sites)
+            if not lost:
+                return new_module.code, helpers
+            for site in lost:
+                _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
+            sites = [s for s in sites if s.edits]
+            if not sites:
+                return ctx.module.code, []
+
+
+def _not_applied(site: Site, why: str) -> None:
+    """Turn a rewrite that will not be applied into a reported NPU006 finding at the same place."""
+    old = site.finding
+    site.finding = Finding(diagnostics.NOT_APPLIED, f"{old.code} rewrite not applied: {why} ({old.message})",
+                           "reported", api=old.api, fallback=NOT_APPLIED_PLAN, path=old.path, line=old.line,
+                           col=old.col)
+    site.edits = ()
 
 
 def build_engine(table: OpTable, select=None, ignore=None) -> Engine:

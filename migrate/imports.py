@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from npu_migrate.migrate.names import NameResolver
-from npu_migrate.migrate.rules.base import ImportSpec
+from npu_migrate.migrate.edits import ImportSpec
 
 
 def _statement(spec: ImportSpec) -> cst.SimpleStatementLine:
@@ -26,12 +26,14 @@ def _statement(spec: ImportSpec) -> cst.SimpleStatementLine:
 
 
 def _present(spec: ImportSpec, names: NameResolver, top_level_code: set) -> bool:
-    if spec.module != "." and spec.obj is None and spec.asname is None:
+    if spec.module.startswith(".") and spec.obj is not None and f"from . import {spec.obj}" in top_level_code:
+        return True  # the helper as an earlier version imported it
+    if not spec.module.startswith(".") and spec.obj is None and spec.asname is None:
         head = spec.module.split(".")[0]
         if head in names.imports.get(head, ()):
             return True
     local = spec.asname or spec.obj
-    if spec.module != "." and spec.obj is not None and f"{spec.module}.{spec.obj}" in names.imports.get(local, ()):
+    if not spec.module.startswith(".") and spec.obj is not None and f"{spec.module}.{spec.obj}" in names.imports.get(local, ()):
         return True
     return cst.Module([_statement(spec)]).code.strip() in top_level_code
 

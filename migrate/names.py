@@ -36,6 +36,7 @@ class NameResolver:
         self.module = module
         self.imports: Dict[str, Set[str]] = defaultdict(set)  # local name -> qualified names bound by imports
         self.other_bindings: Set[str] = set()  # names also bound by something that is not an import
+        self.relative_imports = False  # the module imports from its own package (``from .x import y``)
         self._scopes = None
         self._walk(module.body)
 
@@ -58,6 +59,8 @@ class NameResolver:
                     head = full.split(".")[0]
                     self.imports[head].add(head)
         elif isinstance(node, cst.ImportFrom):
+            if node.relative:
+                self.relative_imports = True
             if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
                 return
             base = get_full_name_for_node(node.module)

@@ -54,7 +54,7 @@ class RunResult:
     @property
     def reported(self) -> List[Finding]:
         """Sites a rule could not migrate (tool errors on whole files are not sites)."""
-        return [f for f in self.findings if f.action == "reported" and f.code not in diagnostics.TOOL_CODES]
+        return [f for f in self.findings if f.action == "reported" and f.code not in diagnostics.FILE_ERRORS]
 
     def by_code(self) -> Dict[str, int]:
         return dict(sorted(Counter(f.code for f in self.findings).items()))

@@ -108,8 +108,8 @@ class TreeIndex:
             found = self._names[id(node)] = {n.value for n in self.subtree(node) if isinstance(n, cst.Name)}
         return found
 
-    def ancestors(self, nodes: Iterable[cst.CSTNode]) -> Set[int]:
-        """The ids of every node above one of ``nodes``."""
+    def parents(self) -> Dict[int, cst.CSTNode]:
+        """``{id(node): its parent}`` for every node of the tree but the root (built on first use)."""
         if self._parent is None:
             self._parent = {}
             above: List[Tuple[int, cst.CSTNode]] = []  # (end of its subtree, node) for the nodes above
@@ -119,10 +119,15 @@ class TreeIndex:
                 if above:
                     self._parent[id(node)] = above[-1][1]
                 above.append((self._span[id(node)][1], node))
+        return self._parent
+
+    def ancestors(self, nodes: Iterable[cst.CSTNode]) -> Set[int]:
+        """The ids of every node above one of ``nodes``."""
+        parent_of = self.parents()
         found: Set[int] = set()
         for node in nodes:
-            parent = self._parent.get(id(node))
+            parent = parent_of.get(id(node))
             while parent is not None and id(parent) not in found:
                 found.add(id(parent))
-                parent = self._parent.get(id(parent))
+                parent = parent_of.get(id(parent))
         return found

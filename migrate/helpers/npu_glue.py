@@ -4,10 +4,11 @@ The fused ``torch_npu`` kernels are exact replacements only under conditions tha
 time (dtype, rank, head dim, mask values, a SiLU activation, no autograd for the inference-only
 kernels). The functions here check those conditions and convert masks to the NPU convention; every
 migrated call site falls back to its original code when they do not hold. Sections: attention,
-rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only torch, torch_npu, math and functools.
+rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only torch, torch_npu, math, functools, sys.
 """
 
 import math
+import sys
 from functools import lru_cache
 
 import torch
@@ -18,6 +19,11 @@ MAX_HEAD_DIM = 768
 MAX_HEADS = 256
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
+#: In a package, migrated files import this module as ``from .npu_glue import npu_glue``: a relative
+#: import in the form Hugging Face transformers' remote-code loader finds (``save_pretrained``
+#: copies the files a modeling file imports that way, so ``trust_remote_code`` models keep working).
+npu_glue = sys.modules[__name__]
+
 
 @lru_cache(maxsize=None)
 def causal_mask(device):
@@ -25,11 +31,14 @@ def causal_mask(device):
     return torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)
 
 
-def _shapes_fit(query, key, value, enable_gqa=True):
-    """q/k/v are [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts."""
+def _shapes_fit(query, key, value, enable_gqa=True, cast_value=False):
+    """q/k/v are [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts (``cast_value``:
+    the call casts v to q's dtype and the result back to v's, so v may have another float dtype)."""
     if not (query.dim() == key.dim() == value.dim() == 4):
         return False
-    if query.dtype not in _FLOATS or key.dtype != query.dtype or value.dtype not in _FLOATS:
+    if query.dtype not in _FLOATS or key.dtype != query.dtype:
+        return False
+    if value.dtype != query.dtype and not (cast_value and value.dtype in _FLOATS):
         return False
     (b, nq, _, d), (bk, nk, sk, dk), (bv, nv, sv, dv) = query.shape, key.shape, value.shape
     heads_ok = nq == nk if not enable_gqa else nk >= 1 and nq % nk == 0
@@ -75,7 +84,14 @@ def _terms(query, key, additive, masked, keep):
     return terms
 
 
-def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None):
+def is_scalar(value):
+    """A scale the kernel takes (a float): a Python number or a tensor of one element and no dims."""
+    if torch.is_tensor(value):
+        return value.dim() == 0 and value.is_floating_point()
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None, cast_value=False):
     """True when npu_fusion_attention computes what the eager attention code does.
 
     ``additive``: a float mask added to the scores (only 0 and values <= dtype min / 2 convert);
@@ -83,8 +99,9 @@ def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal
     True = attend (``torch.where(keep, w, min)``); ``causal``: the lower-triangular buffer slice the
     code applies, which must cover the whole [Sq, Skv] score matrix. A row with every key masked
     makes the eager softmax NaN or uniform, which the kernel does not reproduce: those fall back.
+    ``cast_value``: the fused call runs in q's dtype and casts the result to v's.
     """
-    if not _shapes_fit(query, key, value):
+    if not _shapes_fit(query, key, value, cast_value=cast_value):
         return False
     if causal is not None and (tuple(causal.shape[-2:]) != (query.shape[2], key.shape[2]) or query.shape[2] > key.shape[2]):
         return False

@@ -27,6 +27,12 @@ class Blocked:
     fallback: Fallback
 
 
+MOVED_PLAN = Fallback("manual", (
+    "Keep the original code (it runs on the NPU, unfused). To fuse it, compute everything the kernel reads "
+    "(q, k, v, the mask and the scale) before the first statement of the attention, in names the attention "
+    "statements do not reassign, keep the output dtype equal to q's, and run migrate again; check with migrate parity."))
+
+
 def fallback_pse(what: str) -> Fallback:
     return Fallback("custom-kernel", (
         f"{what} is added to the scores inside the softmax. npu_fusion_attention takes such a bias as "

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from npu_migrate.migrate.context import is_guard_test
 from npu_migrate.migrate.rules._attention_blockers import (
     Blocked, blocker_in_scores, head_mask, other_score_forms, position_bias, probabilities_used)
 from npu_migrate.migrate.rules._attention_definitions import (
@@ -49,6 +50,8 @@ class Fusion:
     v: str
     out: str
     scale: Optional[str] = None
+    scale_is_number: bool = True  # a Python number by construction (else the guard checks it is a scalar)
+    scale_operand: Optional[str] = None  # the expression the scores are multiplied or divided by
     terms: Dict[str, str] = field(default_factory=dict)  # additive / masked / keep -> expression
     causal: Optional[Tuple[int, str]] = None  # (sparse_mode, buffer slice) when proven causal
     keep_prob: Optional[str] = None
@@ -109,7 +112,7 @@ class FunctionAnalysis:
                 i = (found.end if isinstance(found, Fusion) else i) + 1
                 continue
             stmt = block.body[i]
-            if isinstance(stmt, cst.If) and "npu_glue" in names_in(stmt.test):
+            if isinstance(stmt, cst.If) and is_guard_test(stmt.test):
                 i += 1  # already migrated: the else branch is the original code, kept as the fallback
                 continue
             if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -345,8 +348,9 @@ class FunctionAnalysis:
         if run.scale is not None:
             op, expr = run.scale
             expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") else expr
-            text = code(expr) if op == "*" else f"1 / {parenthesized(expr)}"
-            fusion.scale = text if plain_number(expr, self.qualify) else f"float({text})"
+            fusion.scale = code(expr) if op == "*" else f"1 / {parenthesized(expr)}"
+            fusion.scale_is_number = plain_number(expr, self.qualify)
+            fusion.scale_operand = code(expr)
         for kind, expr in run.terms.items():
             text = code(rename(expr, subst))
             condition = run.term_conditions.get(kind)

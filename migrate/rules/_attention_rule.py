@@ -11,11 +11,6 @@ from npu_migrate.migrate.rules._attention_exprs import SOFTMAX
 from npu_migrate.migrate.rules._attention_patterns import FunctionAnalysis
 
 
-def is_vendored_helper(path: str) -> bool:
-    """The helper module this tool vendors (its fallbacks call the original APIs on purpose)."""
-    return path.replace("\\", "/").rsplit("/", 1)[-1] == "npu_glue.py"
-
-
 class FunctionRule:
     """Mixin for rules that analyse each function: tracks the enclosing class and indentation."""
 
@@ -37,7 +32,7 @@ class FunctionRule:
         self._indents.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if is_vendored_helper(self.ctx.path):
+        if self.ctx.is_helper:
             return
         # cheap filter: functions that mention a softmax (under any imported alias)
         aliases = {"softmax"} | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
@@ -46,7 +41,7 @@ class FunctionRule:
         cls = self._classes[-1] if self._classes and node in self._classes[-1].body.body else None
         analysis = FunctionAnalysis(node, cls, self.ctx.module, self.qualified_name, "".join(self._indents))
         for result in analysis.results:
-            self.found(result)
+            self.found(result, node)
 
-    def found(self, result) -> None:
+    def found(self, result, func: cst.FunctionDef) -> None:
         raise NotImplementedError

@@ -116,8 +116,8 @@ class LiteralRule(Rule):
                 continue
             self._seen.add(id(site))
             replaced = replace_words(site, self.words)
-            self.rewrite(site, lambda updated: replace_words(updated, self.words), f"{code(site)} → {code(replaced)}",
-                         target=string_value(replaced), imports=self._imports)
+            self.replace(site, replaced, f"{code(site)} → {code(replaced)}", target=string_value(replaced),
+                         imports=self._imports)
 
     # -- positions ------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

@@ -159,7 +159,7 @@ class TableNameRule(Rule):
         if not target.startswith(new_bound + "."):
             return
         text = head.value + target[len(new_bound):]
-        self.rewrite(node, cst.parse_expression(text), f"{qualified} → {target}", target=target, api=qualified,
+        self.replace(node, cst.parse_expression(text), f"{qualified} → {target}", target=target, api=qualified,
                      code=record.code, imports=[TORCH_NPU])
 
     # -- imports --------------------------------------------------------------------------------
@@ -184,16 +184,11 @@ class TableNameRule(Rule):
         if not changed:
             return
         replace = {id(alias): cst.parse_expression(target) for alias, _, target in changed}
-
-        def fix(updated: cst.Import) -> cst.Import:
-            names = [a.with_changes(name=replace[id(o)]) if id(o) in replace else a
-                     for o, a in zip(node.names, updated.names)]
-            return updated.with_changes(names=names)
-
+        new = node.with_changes(names=[a.with_changes(name=replace[id(a)]) if id(a) in replace else a for a in node.names])
         alias, qualified, target = changed[0]
         local = alias.asname.name.value
-        self.rewrite(node, fix, f"import {qualified} as {local} → import {target} as {local}", target=target, api=qualified,
-                     code=self._code_of(qualified))
+        self.replace(node, new, f"import {qualified} as {local} → import {target} as {local}", target=target,
+                     api=qualified, code=self._code_of(qualified))
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._line = node if len(node.body) == 1 else None
@@ -230,7 +225,7 @@ class TableNameRule(Rule):
         def statements(updated: cst.ImportFrom) -> List[cst.BaseSmallStatement]:
             result = []
             if kept:
-                names = [a for o, a in zip(node.names, updated.names) if id(o) in kept]
+                names = [a for a in updated.names if id(a) in kept]
                 names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 parens = {} if len(names) > 1 else {"lpar": None, "rpar": None}
                 result.append(updated.with_changes(names=names, **parens))
@@ -246,20 +241,15 @@ class TableNameRule(Rule):
             return result
 
         line = self._line
+        result = statements(node)
         if line is not None and line.body[0] is node:
-            def fix(updated: cst.SimpleStatementLine):
-                first_stmt, *rest = statements(updated.body[0])
-                lines = [updated.with_changes(body=[first_stmt])] + [cst.SimpleStatementLine([s]) for s in rest]
-                return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
-            where = line
+            lines = [line.with_changes(body=[result[0]])] + [cst.SimpleStatementLine([s]) for s in result[1:]]
+            where, new = line, lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
         else:
-            def fix(updated: cst.ImportFrom):
-                result = statements(updated)
-                return result[0] if len(result) == 1 else cst.FlattenSentinel(result)
-            where = node
+            where, new = node, result[0] if len(result) == 1 else cst.FlattenSentinel(result)
         qualified, module, alias_text = first
         message = f"from {base} import {qualified.rpartition('.')[2]} → from {module} import {alias_text}"
-        self.rewrite(where, fix, message, target=f"{module}.{alias_text.split()[0]}", api=qualified,
+        self.replace(where, new, message, target=f"{module}.{alias_text.split()[0]}", api=qualified,
                      code=self._code_of(qualified))
 
 

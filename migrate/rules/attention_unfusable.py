@@ -18,6 +18,6 @@ class AttentionUnfusable(FunctionRule, Rule):
     summary = "attention the fused kernel cannot express exactly (soft-cap, sinks, bias, used probabilities): reported"
     triggers = (b"softmax",)
 
-    def found(self, result) -> None:
+    def found(self, result, func) -> None:
         if isinstance(result, Blocked):
             self.report(result.node, f"attention not fused: {result.reason}", fallback=result.fallback, api="attention")

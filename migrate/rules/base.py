@@ -1,64 +1,22 @@
 """The rule interface: a rule detects, the engine applies.
 
-A rule is a libcst ``BatchableCSTVisitor`` (all rules of a file run in one traversal). It calls
-``report`` for a site it cannot migrate and ``rewrite`` for a site it can; ``rewrite`` only records
-a ``Fix`` for the engine, which applies every fix of the file in one pass afterwards. Rules see the
-file through ``FileContext``: the module, qualified-name resolution and the op table.
+A rule is a libcst ``BatchableCSTVisitor`` (all rules of a file run in one traversal). For a site
+it cannot migrate it calls ``report``; for a site it can, ``rewrite`` with the edits that make the
+rewrite (``migrate.edits``: data, never closures). The engine decides what is applied: it drops
+sites whose codes are not selected, checks that edits do not overlap, applies them all in one pass
+and checks the output. Rules see the file through ``FileContext`` (``migrate.context``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, ClassVar, Dict, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
+from npu_migrate.migrate.context import FileContext
+from npu_migrate.migrate.edits import Code, Edit, ImportSpec, Replace, Site
 from npu_migrate.migrate.findings import Finding
-from npu_migrate.migrate.names import NameResolver
-from npu_migrate.migrate.tree import TreeIndex
-from npu_migrate.opmap import Fallback, OpRecord, OpTable
-
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
-
-
-@dataclass(frozen=True)
-class ImportSpec:
-    """An import a fix needs: ``import module`` or ``from module import obj [as asname]``."""
-
-    module: str
-    obj: Optional[str] = None
-    asname: Optional[str] = None
-
-
-@dataclass
-class Fix:
-    node: cst.CSTNode  # the original node to replace
-    replacement: Replacement  # a node, a sentinel, or a function of the updated node
-    imports: Tuple[ImportSpec, ...] = ()
-    helpers: Tuple[str, ...] = ()  # helper modules (migrate/helpers/<name>.py) to vendor
-
-    def apply(self, updated: cst.CSTNode):
-        return self.replacement(updated) if callable(self.replacement) else self.replacement
-
-
-@dataclass
-class FileContext:
-    path: str
-    module: cst.Module
-    table: OpTable
-    names: NameResolver
-    findings: List[Tuple[cst.CSTNode, Finding]] = field(default_factory=list)
-    fixes: Dict[int, List[Fix]] = field(default_factory=dict)
-    enabled: Callable[[str], bool] = lambda code: True  # --select/--ignore applied per code
-    _tree: Optional[TreeIndex] = field(default=None, repr=False)
-
-    @property
-    def tree(self) -> TreeIndex:
-        """The module's subtrees, names and ancestors, indexed on first use."""
-        if self._tree is None:
-            self._tree = TreeIndex(self.module)
-        return self._tree
-
+from npu_migrate.opmap import Fallback, OpRecord
 
 _VISITOR_NAMES: Dict[type, Tuple[str, ...]] = {}  # rule class -> names of its visit_/leave_ methods
 
@@ -97,23 +55,21 @@ class Rule(cst.BatchableCSTVisitor):
 
     def report(self, node: cst.CSTNode, message: str, *, fallback: Fallback, api: Optional[str] = None,
                code: Optional[str] = None) -> None:
-        code = code or self.code
-        if self.ctx.enabled(code):
-            self.ctx.findings.append((node, Finding(code, message, "reported", api=api, fallback=fallback)))
+        self.ctx.add(Site(node, Finding(code or self.code, message, "reported", api=api, fallback=fallback)))
 
-    def rewrite(self, node: cst.CSTNode, replacement: Replacement, message: str, *, target: str,
+    def rewrite(self, node: cst.CSTNode, message: str, *, target: str, edits: Sequence[Edit],
                 api: Optional[str] = None, code: Optional[str] = None, imports: Sequence[ImportSpec] = (),
                 helpers: Sequence[str] = ()) -> None:
-        code = code or self.code
-        if self.ctx.enabled(code):
-            self.ctx.findings.append((node, Finding(code, message, "rewritten", api=api, target=target)))
-            self.ctx.fixes.setdefault(id(node), []).append(Fix(node, replacement, tuple(imports), tuple(helpers)))
+        """A site rewritten by ``edits`` (all applied, or none); the finding points at ``node``."""
+        finding = Finding(code or self.code, message, "rewritten", api=api, target=target)
+        self.ctx.add(Site(node, finding, tuple(edits), tuple(imports), tuple(helpers)))
 
-    def also_fix(self, node: cst.CSTNode, replacement: Replacement, *, code: Optional[str] = None) -> None:
-        """A further edit that belongs to a site already reported with ``rewrite`` (e.g. removing the
-        statement that a fused call made redundant); it has no finding of its own."""
-        if self.ctx.enabled(code or self.code):
-            self.ctx.fixes.setdefault(id(node), []).append(Fix(node, replacement))
+    def replace(self, node: cst.CSTNode, new: Union[Code, cst.CSTNode], message: str, *, target: str,
+                api: Optional[str] = None, code: Optional[str] = None, imports: Sequence[ImportSpec] = (),
+                helpers: Sequence[str] = ()) -> None:
+        """A site rewritten by replacing ``node`` with ``new``."""
+        self.rewrite(node, message, target=target, edits=[Replace(node, new)], api=api, code=code, imports=imports,
+                     helpers=helpers)
 
     def report_record(self, node: cst.CSTNode, record: OpRecord, api: str, message: Optional[str] = None) -> None:
         """Report a site whose op-table record says it cannot be migrated as is."""

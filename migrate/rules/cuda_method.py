@@ -19,5 +19,5 @@ class CudaMethod(MemberRule):
         if attr is None or record is None or record.status != "rename":
             return
         new = record.target.rpartition(".")[2]
-        self.rewrite(attr.attr, cst.Name(new), f".{self.member}() → .{new}()", target=record.target, api=record.api,
+        self.replace(attr.attr, cst.Name(new), f".{self.member}() → .{new}()", target=record.target, api=record.api,
                      imports=[TORCH_NPU])

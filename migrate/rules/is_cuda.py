@@ -18,5 +18,5 @@ class IsCuda(MemberRule):
         if not self.is_torch_member(node) or record is None or record.status != "rename":
             return
         new = record.target.rpartition(".")[2]
-        self.rewrite(node.attr, cst.Name(new), f".{self.member} → .{new}", target=record.target, api=record.api,
+        self.replace(node.attr, cst.Name(new), f".{self.member} → .{new}", target=record.target, api=record.api,
                      imports=[TORCH_NPU])

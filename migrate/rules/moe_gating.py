@@ -29,8 +29,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.edits import code
+from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._dataflow import Expr, assigned_name, call_args, is_true, last_dim, loose_env, number, pure_code, \
     tuple_targets, uses, walk
 from npu_migrate.migrate.rules._syntax import is_name
@@ -39,7 +41,6 @@ from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 REPORT = "NPU341"
-HELPER = "npu_glue"
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_PARAMS = ("input", "dim", "_stacklevel", "dtype")
 TOPK = ("torch.topk",)
@@ -54,6 +55,9 @@ PLANS = {
     "dims": Fallback("manual", "npu_moe_gating_top_k_softmax picks experts per token (softmax and top-k over the "
                                "last, experts' dim); expert-choice routing (top-k over tokens) has no fused kernel: "
                                "keep the original code."),
+    "moved": Fallback("manual", "Keep the original code (it runs on the NPU, unfused), or compute the router "
+                                "logits and k before the softmax in plain names that the two statements do not "
+                                "reassign, then run migrate again."),
     "expr": Fallback("manual", "Assign the router logits to a name first (`router_logits = self.gate(x)`), then "
                                "run migrate again: the guarded rewrite reads them twice."),
 }
@@ -85,21 +89,14 @@ class MoeGating(Rule):
         return call_args(node, self.qualified_name(node.func), functions, method, params)
 
     # -- the router -----------------------------------------------------------------------------
-    def visit_If(self, node: cst.If) -> None:
-        """A router already migrated keeps its original code as the ``else`` branch of its guard."""
-        test = node.test
-        if isinstance(test, cst.Call) and (get_full_name_for_node(test.func) or "").startswith(HELPER + "."):
-            if node.orelse is not None:
-                self._done.add(id(node.orelse.body))
-
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        if not self._functions or id(node) in self._done:
+        if not self._functions or self.ctx.migrated(node):  # a router migrated before is its guard's fallback
             return
         statements = list(node.body)
-        for first, second in zip(statements, statements[1:]):
-            self._pair(first, second)
+        for index, (first, second) in enumerate(zip(statements, statements[1:])):
+            self._pair(node, index, first, second)
 
-    def _pair(self, first: cst.BaseStatement, second: cst.BaseStatement) -> None:
+    def _pair(self, block: cst.IndentedBlock, index: int, first: cst.BaseStatement, second: cst.BaseStatement) -> None:
         if not (isinstance(first, cst.SimpleStatementLine) and isinstance(second, cst.SimpleStatementLine)
                 and len(first.body) == 1 and len(second.body) == 1):
             return
@@ -136,30 +133,19 @@ class MoeGating(Rule):
             source = f"{logits}.float()" if self.qualified_name(dtype) in FLOAT32 else f"{logits}.to({module.code_for_node(dtype)})"
         dim_code = module.code_for_node(dim)
         rest = "_" if indices == "_" else f"{indices}"
-        fused = [
-            f"{weights}, {rest}, _ = torch_npu.npu_moe_gating_top_k_softmax({source}, None, k={k})",
-        ] + ([f"{indices} = {indices}.long()"] if indices != "_" else [])
-        head = cst.parse_statement(
-            f"if npu_glue.moe_gating_fits({logits}, {k}, dim={dim_code}):\n" + "".join(f"    {s}\n" for s in fused)
-            + "else:\n    pass\n")
-        stash: List[cst.SimpleStatementLine] = []
-
-        def take_first(updated: cst.SimpleStatementLine):
-            stash.append(updated)
-            return cst.RemovalSentinel.REMOVE
-
-        def build(updated: cst.SimpleStatementLine) -> cst.If:
-            original = [stash[0].with_changes(leading_lines=()), updated]
-            orelse = head.orelse.with_changes(body=head.orelse.body.with_changes(body=original))
-            return head.with_changes(orelse=orelse, leading_lines=stash[0].leading_lines)
-
-        if not self.ctx.enabled(self.code):
+        fused = [f"{weights}, {rest}, _ = torch_npu.npu_moe_gating_top_k_softmax({source}, None, k={k})\n"]
+        fused += [f"{indices} = {indices}.long()\n"] if indices != "_" else []
+        guard = f"npu_glue.moe_gating_fits({logits}, {k}, dim={dim_code})"
+        # the logits and k are read by the softmax statement, the first of the two
+        edit = region(self._functions[-1].body, block, index, index + 2, code(guard), [code(s) for s in fused],
+                      at_entry=True)
+        if isinstance(edit, str):
+            self.report(topk_call, f"MoE router not fused: {edit}", fallback=PLANS["moved"], code=REPORT)
             return
-        # one finding for the pair: the softmax statement moves into the else branch built below
-        self.also_fix(first, take_first)
-        self.rewrite(second, build, f"MoE router softmax → topk (k={k}) → torch_npu.npu_moe_gating_top_k_softmax "
-                                    "(guarded: inference only; original kept for training)",
-                     target="torch_npu.npu_moe_gating_top_k_softmax", imports=[TORCH_NPU], helpers=[HELPER])
+        # one finding for the pair, at the top-k statement; both statements move into the else branch
+        self.rewrite(second, f"MoE router softmax → topk (k={k}) → torch_npu.npu_moe_gating_top_k_softmax "
+                             "(guarded: inference only; original kept for training)",
+                     target="torch_npu.npu_moe_gating_top_k_softmax", edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
 
     def _upcast(self, node: cst.BaseExpression) -> Tuple[cst.BaseExpression, bool]:
         """(x, True) for ``x.float()`` / ``x.to(torch.float32)``: softmax of the logits in float32."""

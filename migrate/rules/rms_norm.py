@@ -22,8 +22,10 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.edits import code
+from npu_migrate.migrate.guarded import guarded_expression, region
 from npu_migrate.migrate.rules._dataflow import Expr, bind, docstring_count, pure_code, walk
 from npu_migrate.migrate.rules._rms_norm_patterns import Mismatch, Norm, NormMatcher
 from npu_migrate.migrate.rules._table import TORCH_NPU
@@ -31,7 +33,6 @@ from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 REPORT = "NPU321"
-HELPER = "npu_glue"
 RMS_NORM_CALLS = ("torch.nn.functional.rms_norm", "torch.rms_norm")
 RMS_NORM_PARAMS = ("input", "normalized_shape", "weight", "eps")
 PLAN = Fallback(
@@ -127,25 +128,20 @@ class RmsNorm(Rule):
         else:
             op, guard = "npu_rms_norm", f"npu_glue.rms_norm_fits({x}{', ' + weight if weight else ''})"
         gamma = weight or f"{x}.new_ones({x}.shape[-1])"
-        fast = cst.parse_statement(f"if {guard}:\n    return torch_npu.{op}({x}, {gamma}, epsilon={eps})[0]\n")
-
-        def fix(updated: cst.FunctionDef) -> cst.FunctionDef:
-            body = list(updated.body.body)
-            at = docstring_count(body)
-            return updated.with_changes(body=updated.body.with_changes(body=[*body[:at], fast, *body[at:]]))
-
+        body = func.body
+        edit = region(body, body, docstring_count(body.body), len(body.body), code(guard),
+                      [code(f"return torch_npu.{op}({x}, {gamma}, epsilon={eps})[0]")], fallthrough=True,
+                      at_entry=True)  # the matcher resolved x, the weight and eps to their values on entry
         kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
-        self.rewrite(func, fix, f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)",
-                     target=f"torch_npu.{op}", imports=[TORCH_NPU], helpers=[HELPER])
+        message = f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)"
+        if isinstance(edit, str):
+            self.report(func, f"{kind} {func.name.value}() not fused: {edit}", fallback=PLAN, code=REPORT)
+            return
+        self.rewrite(func, message, target=f"torch_npu.{op}", edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
 
     # -- F.rms_norm ---------------------------------------------------------------------------
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        """A call already migrated stays the fallback of its guard."""
-        if isinstance(node.test, cst.Call) and (get_full_name_for_node(node.test.func) or "").startswith(HELPER + "."):
-            self._handled.add(id(node.orelse))
-
     def visit_Call(self, node: cst.Call) -> None:
-        if id(node) in self._handled:
+        if id(node) in self._handled or self.ctx.migrated(node):  # a call migrated before is its guard's fallback
             return
         api, record = self.lookup(node.func)
         if api not in RMS_NORM_CALLS or record is None or record.code != self.code:
@@ -164,19 +160,16 @@ class RmsNorm(Rule):
         # torch's default is the epsilon of the op math type: float32 for float16/bfloat16/float32
         eps = "npu_glue.FLOAT32_EPS" if eps in (None, "None") else eps
         gamma = weight or f"{x}.new_ones({shape})"
-        fused = cst.parse_expression(
-            f"(torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0] "
-            f"if npu_glue.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape}) else ORIGINAL)")
-
-        def fix(updated: cst.Call) -> cst.BaseExpression:
-            return fused.with_changes(orelse=updated)
-
-        self.rewrite(node, fix, f"{api} → torch_npu.npu_rms_norm (guarded)", target="torch_npu.npu_rms_norm",
-                     api=api, imports=[TORCH_NPU], helpers=[HELPER])
+        edit = guarded_expression(
+            node, f"npu_glue.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape})",
+            f"torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0]")
+        self.rewrite(node, f"{api} → torch_npu.npu_rms_norm (guarded)", target="torch_npu.npu_rms_norm", api=api,
+                     edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
 
     # -- already migrated ---------------------------------------------------------------------
     def _migrated(self, func: cst.FunctionDef) -> bool:
-        return any((self.qualified_name(n.func) or "").startswith("torch_npu.") for n in _calls(func))
+        """A fast path emitted before, or code that calls the NPU kernels itself."""
+        return self.ctx.has_fast_path(func) or any((self.qualified_name(n.func) or "").startswith("torch_npu.") for n in _calls(func))
 
 
 def _self_calls(func: cst.FunctionDef) -> List[str]:

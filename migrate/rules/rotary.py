@@ -23,12 +23,13 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.guarded import guarded_expression
 from npu_migrate.migrate.rules._rotary_patterns import inline_rotation_mode, rope_terms, rotation_mode
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 FUSED, REPORTED = "NPU310", "NPU311"
-HELPER = "npu_glue"
 TARGET = "torch_npu.npu_rotary_mul"
 RECORDS = {"half": "pattern.rotary.half", "interleave": "pattern.rotary.interleave",
            "complex": "pattern.rotary.complex", "operands": "pattern.rotary.operands"}
@@ -51,7 +52,6 @@ class Rotary(Rule):
         self._params: List[Set[str]] = []  # parameter names of the enclosing functions
         self._complex: List[Dict[str, cst.Call]] = []  # complex-number calls per enclosing function
         self._whole_values: Set[int] = set()  # expressions that are a whole assigned/returned value
-        self._guarded: Set[int] = set()  # fallback branches of sites migrated before
 
     def _module_rotations(self) -> Dict[str, str]:
         """Module-level functions that compute a rotation, bound once and not also imported."""
@@ -107,14 +107,9 @@ class Rotary(Rule):
         if node.value is not None:
             self._whole_values.add(id(node.value))
 
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        """A site migrated before keeps its original code as the fallback branch: leave it alone."""
-        if isinstance(node.test, cst.Call) and get_full_name_for_node(node.test.func) == f"{HELPER}.rotary_fits":
-            self._guarded.add(id(node.orelse))
-
     # -- sites ----------------------------------------------------------------------------------
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if id(node) in self._guarded:
+        if self.ctx.migrated(node):  # a site migrated before keeps its original code as the fallback
             return
         for x, cos, rotated, sin in rope_terms(node):
             mode = self._mode(rotated, x)
@@ -142,18 +137,11 @@ class Rotary(Rule):
             return
         x_name, cos_name, sin_name = operands
         call = f'{x_name}, {cos_name}, {sin_name}, "{mode}"'
-        fused = cst.parse_expression(f"{HELPER}.rotary_mul({call})")
-        guard = cst.parse_expression(f"{HELPER}.rotary_fits({call})")
-        parenthesize = id(node) not in self._whole_values  # an IfExp binds looser than `+`
-
-        def fix(updated: cst.BinaryOperation) -> cst.IfExp:
-            lpar, rpar = updated.lpar, updated.rpar
-            if not lpar and parenthesize:
-                lpar, rpar = [cst.LeftParen()], [cst.RightParen()]
-            return cst.IfExp(test=guard, body=fused, orelse=updated.with_changes(lpar=[], rpar=[]), lpar=lpar, rpar=rpar)
-
-        self.rewrite(node, fix, f"rotary embedding of {x_name} ({mode} rotation) → {TARGET}(rotary_mode='{mode}'), "
-                                f"guarded by {HELPER}.rotary_fits", target=TARGET, api=RECORDS[mode], helpers=[HELPER])
+        edit = guarded_expression(node, f"{HELPER}.rotary_fits({call})", f"{HELPER}.rotary_mul({call})",
+                                  parenthesize=id(node) not in self._whole_values)  # an IfExp binds looser than `+`
+        self.rewrite(node, f"rotary embedding of {x_name} ({mode} rotation) → {TARGET}(rotary_mode='{mode}'), "
+                           f"guarded by {HELPER}.rotary_fits", target=TARGET, api=RECORDS[mode], edits=[edit],
+                     helpers=[HELPER])
 
     def _report(self, node: cst.CSTNode, kind: str, message: str) -> None:
         record = self.ctx.table.exact(RECORDS[kind])

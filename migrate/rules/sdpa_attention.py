@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._attention_rule import is_vendored_helper
-from npu_migrate.migrate.rules.base import ImportSpec, Rule
+from npu_migrate.migrate.edits import ImportSpec
+from npu_migrate.migrate.rules.base import Rule
 
 API = "torch.nn.functional.scaled_dot_product_attention"
 TARGET = "torch_npu.npu_fusion_attention"
@@ -26,11 +26,10 @@ class SdpaAttention(Rule):
     triggers = (b"scaled_dot_product_attention",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.qualified_name(node.func) != API or is_vendored_helper(self.ctx.path):
+        if self.qualified_name(node.func) != API or self.ctx.is_helper or self.ctx.migrated(node):
             return
-        self.rewrite(
-            node,
-            lambda call: call.with_changes(func=cst.Attribute(cst.Name("npu_glue"), cst.Name("sdpa"))),
+        self.replace(
+            node.func, cst.Attribute(cst.Name("npu_glue"), cst.Name("sdpa")),
             f"scaled_dot_product_attention → {TARGET} via npu_glue.sdpa (checked at run time, else the original SDPA)",
             target=TARGET, api=API, imports=[ImportSpec("torch_npu")], helpers=["npu_glue"],
         )

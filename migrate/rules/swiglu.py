@@ -25,6 +25,8 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.edits import Replace, Splice, code
 from npu_migrate.migrate.rules._dataflow import (
     Expr, assigned_name, bind, last_dim, names_in, number, same, tuple_targets, uses, walk,
 )
@@ -32,7 +34,6 @@ from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 REPORT = "NPU331"
-HELPER = "npu_glue"
 SILU = ("torch.nn.functional.silu", "torch.nn.SiLU")
 GELU = ("torch.nn.functional.gelu", "torch.nn.GELU")
 GEGLU_PLAN = Fallback(
@@ -130,62 +131,40 @@ class SwiGlu(Rule):
             if kind == "gelu":
                 self._report_geglu(node)
                 return
-            operands = lambda updated: (_arg(getattr(updated, act_side)), getattr(updated, up_side))  # noqa: E731
-            self._rewrite_product(node, getattr(node, act_side).func, kind, "separate gate and up projections",
-                                  "swiglu", operands)
+            act_call = getattr(node, act_side)
+            self._rewrite_product(node, act_call.func, kind, "separate gate and up projections", "swiglu",
+                                  [_arg(act_call), up])
             return
 
-    def _rewrite_product(self, node, act, kind, form, helper, operands) -> None:
-        """Replace the product ``node`` by ``npu_glue.<helper>(act, *operands(updated product))``."""
+    def _rewrite_product(self, node, act, kind, form, helper, operands, removed=()) -> None:
+        """Replace the product ``node`` by ``npu_glue.<helper>(act, *operands)`` (original nodes, kept
+        as migrated); ``removed``: (block, start, end) statement ranges the rewrite makes redundant."""
         act_code = self.ctx.module.code_for_node(act)
-
-        def fix(updated: cst.BinaryOperation) -> cst.BaseExpression:
-            args = [cst.Arg(cst.parse_expression(act_code)), *(cst.Arg(o) for o in operands(updated))]
-            call = cst.Call(cst.parse_expression(f"npu_glue.{helper}"), _commas(args))
-            return call.with_changes(lpar=updated.lpar, rpar=updated.rpar)
-
+        holes = {"act": act, **{f"operand{i}": o for i, o in enumerate(operands)}}
+        call = code(f"{HELPER}.{helper}(" + ", ".join(f"{{{name}}}" for name in holes) + ")", **holes)
+        edits = [Replace(node, call), *(Splice(block, start, end) for block, start, end in removed)]
         proof = "SiLU proven" if kind == "silu" else f"`{act_code}` checked to be SiLU at run time"
-        self.rewrite(node, fix, f"SwiGLU ({form}) → torch_npu.npu_swiglu (guarded: {proof}; original kept)",
-                     target="torch_npu.npu_swiglu", helpers=[HELPER])
+        self.rewrite(node, f"SwiGLU ({form}) → torch_npu.npu_swiglu (guarded: {proof}; original kept)",
+                     target="torch_npu.npu_swiglu", edits=edits, helpers=[HELPER])
 
     # -- a fused projection split in two --------------------------------------------------------
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         if not self._functions:
             return
         statements = list(node.body)
-        for first, second in zip(statements, statements[1:]):
+        for index, (first, second) in enumerate(zip(statements, statements[1:])):
             split = self._split(first)
             if split is not None:
-                self._halves(first, second, *split)
-        for first, second, third in zip(statements, statements[1:], statements[2:]):
-            self._statements(first, second, third)
-
-    def _fold(self, removed: List[cst.BaseStatement], into: cst.BaseStatement) -> List[cst.SimpleStatementLine]:
-        """Fixes (part of a product's rewrite, no finding of their own) that remove the statements
-        ``removed`` and move their comments onto ``into``; the removed statements, as rebuilt, are
-        collected in the returned list in order (before the product after them is fixed)."""
-        stash: List[cst.SimpleStatementLine] = []
-
-        def remove(updated: cst.SimpleStatementLine):
-            stash.append(updated)
-            return cst.RemovalSentinel.REMOVE
-
-        def keep_comments(updated: cst.SimpleStatementLine):
-            moved = [line for stmt in stash for line in _comment_lines(stmt)]
-            return updated.with_changes(leading_lines=[*moved, *updated.leading_lines])
-
-        if self.ctx.enabled(self.code):
-            for stmt in removed:
-                self.also_fix(stmt, remove)
-            self.also_fix(into, keep_comments)
-        return stash
+                self._halves((node, index), first, second, *split)
+        for index, (first, second, third) in enumerate(zip(statements, statements[1:], statements[2:])):
+            self._statements((node, index), first, second, third)
 
     def _report_geglu(self, node: cst.CSTNode) -> None:
         self.report(node, "GeGLU (GELU-gated MLP) not fused: npu_geglu's activated half and GELU "
                           "approximation must be checked for your CANN version", fallback=GEGLU_PLAN, code=REPORT)
 
     # -- separate projections over three statements -------------------------------------------
-    def _statements(self, first: cst.BaseStatement, second: cst.BaseStatement, third: cst.BaseStatement) -> None:
+    def _statements(self, at, first: cst.BaseStatement, second: cst.BaseStatement, third: cst.BaseStatement) -> None:
         """``a = act(self.gate(x))`` and ``b = self.up(x)`` (either order), then ``a * b`` in ``third``."""
         bound: Dict[str, cst.BaseExpression] = {}
         for stmt in (first, second):
@@ -205,10 +184,10 @@ class SwiGlu(Rule):
                 if found is None or not _projections_of_one_input(found[1], bound[up_name.value]) \
                         or set(bound) & set(names_in(found[1])):
                     continue
-                self._gated_statements(node, found[0], (act_name.value, up_name.value), [first, second], third)
+                self._gated_statements(at, node, found[0], (act_name.value, up_name.value), [first, second])
                 return
 
-    def _gated_statements(self, node, kind, names, removed, third) -> None:
+    def _gated_statements(self, at, node, kind, names, removed) -> None:
         if kind == "gelu":
             self._report_geglu(node)
             return
@@ -218,14 +197,11 @@ class SwiGlu(Rule):
                         + " is read elsewhere in the function", fallback=REUSE_PLAN, code=REPORT)
             return
         self._handled.add(id(node))
-        act_at = [assigned_name(s.body[0]) for s in removed].index(names[0])
-        stash = self._fold(removed, third)
-
-        def operands(updated):
-            return _arg(stash[act_at].body[0].value), stash[1 - act_at].body[0].value
-
-        self._rewrite_product(node, removed[act_at].body[0].value.func, kind,
-                              "gate and up projections in separate statements", "swiglu", operands)
+        values = {assigned_name(s.body[0]): s.body[0].value for s in removed}
+        act_call, up = values[names[0]], values[names[1]]
+        block, index = at
+        self._rewrite_product(node, act_call.func, kind, "gate and up projections in separate statements", "swiglu",
+                              [_arg(act_call), up], removed=[(block, index, index + 2)])
 
     def _split(self, stmt: cst.BaseStatement) -> Optional[Tuple[Tuple[str, str], cst.BaseExpression, bool]]:
         """((first, second), the split tensor, along the last dim) for ``a, b = t.chunk(2, dim)``."""
@@ -249,7 +225,7 @@ class SwiGlu(Rule):
             return None
         return names, args["input"], last_dim(args.get("dim"))
 
-    def _halves(self, first: cst.SimpleStatementLine, second: cst.BaseStatement, names, tensor, on_last) -> None:
+    def _halves(self, at, first: cst.SimpleStatementLine, second: cst.BaseStatement, names, tensor, on_last) -> None:
         gate_name, up_name = names
         function = self._functions[-1]
         product = None
@@ -275,21 +251,9 @@ class SwiGlu(Rule):
                         fallback=ORDER_PLAN, code=REPORT)
             return
         self._handled.add(id(node))
-        function_form = self.qualified_name(first.body[0].value.func) == "torch.chunk"
-        stash = self._fold([first], second)
+        block, index = at
         self._rewrite_product(node, getattr(node, act_side).func, kind, "fused gate_up projection split with chunk(2)",
-                              "swiglu_halves", lambda updated: (_split_input(stash[0].body[0].value, function_form),))
-
-
-def _split_input(call: cst.Call, function_form: bool) -> cst.BaseExpression:
-    """The tensor split by ``torch.chunk(t, 2, ...)`` or ``t.chunk(2, ...)``."""
-    return call.args[0].value if function_form else call.func.value
-
-
-def _comment_lines(stmt: cst.SimpleStatementLine) -> List[cst.EmptyLine]:
-    """The lines above a statement and its trailing comment, as lines to put above another one."""
-    comment = stmt.trailing_whitespace.comment
-    return [*stmt.leading_lines, *([cst.EmptyLine(comment=comment)] if comment else [])]
+                              "swiglu_halves", [tensor], removed=[(block, index, index + 1)])
 
 
 def _is_self(node: cst.CSTNode) -> bool:
@@ -317,6 +281,3 @@ def _products(stmt: cst.CSTNode) -> List[cst.BinaryOperation]:
     return [n for n in walk(stmt) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)]
 
 
-def _commas(args: List[cst.Arg]) -> List[cst.Arg]:
-    return [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) if i < len(args) - 1 else a
-            for i, a in enumerate(args)]

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from npu_migrate.migrate import rules as migrate_rules
 from npu_migrate.migrate.cli import app
-from npu_migrate.migrate.rules.base import ImportSpec, Rule
+from npu_migrate.migrate.edits import ImportSpec
+from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 
@@ -27,8 +28,7 @@ class CudaToNpu(Rule):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "glue"):
             helpers = ("npu_glue",) if func.attr.value == "glue" else ()
-            self.rewrite(node, lambda n: n.with_changes(func=n.func.with_changes(attr=cst.Name("npu"))),
-                         "moved to the NPU", target="Tensor.npu", api="Tensor.cuda",
+            self.replace(func.attr, cst.Name("npu"), "moved to the NPU", target="Tensor.npu", api="Tensor.cuda",
                          imports=[ImportSpec("torch_npu")], helpers=helpers)
 
 
@@ -56,7 +56,7 @@ class Crashes(Rule):
 
 
 TEST_RULES = (CudaToNpu, NoDouble, Crashes)
-GLUE = '"""Vendored by npu-migrate."""\n\n\ndef glue(x):\n    return x\n'
+GLUE = '"""Vendored by npu-migrate."""\nimport sys\n\nnpu_glue = sys.modules[__name__]\n\n\ndef glue(x):\n    return x\n'
 
 
 @pytest.fixture

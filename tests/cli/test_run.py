@@ -143,7 +143,7 @@ def test_patch_applies_with_git_including_no_newline_and_helper(tmp_path):
     assert "\\ No newline at end of file" in patch
     assert "new file mode 100644\n--- /dev/null\n+++ b/pkg/npu_glue.py\n" in patch
     assert (tmp_path / "out/pkg/npu_glue.py").read_text() == GLUE
-    assert "from . import npu_glue" in (tmp_path / "out/pkg/b.py").read_text()
+    assert "from .npu_glue import npu_glue" in (tmp_path / "out/pkg/b.py").read_text()
     git(repo, "apply", "--check", str(reports / "changes.patch"))
     git(repo, "apply", str(reports / "changes.patch"))
     after = snapshot(repo)

@@ -1,8 +1,9 @@
 import libcst as cst
 import libcst.matchers as m
 
+from npu_migrate.migrate.edits import ImportSpec, code
 from npu_migrate.migrate.engine import Engine
-from npu_migrate.migrate.rules.base import ImportSpec, Rule
+from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback, OpRecord, OpTable
 
 TABLE = OpTable([OpRecord("torch.float64", "unsupported", code="NPU901", summary="no float64 on NPU",
@@ -17,7 +18,7 @@ class RenameCuda(Rule):
 
     def visit_Call(self, node):
         if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))):
-            self.rewrite(node.func.attr, cst.Name("npu"), "renamed", target="Tensor.npu", imports=[ImportSpec("torch_npu")])
+            self.replace(node.func.attr, cst.Name("npu"), "renamed", target="Tensor.npu", imports=[ImportSpec("torch_npu")])
 
 
 class ReportFloat64(Rule):
@@ -42,8 +43,7 @@ class WrapCalls(Rule):
 
     def visit_Call(self, node):
         if m.matches(node.func, m.Name("wrap")):
-            self.rewrite(node, lambda updated: cst.Call(cst.Name("outer"), [cst.Arg(updated)]), "wrapped",
-                         target="outer", helpers=["npu_glue"])
+            self.replace(node, code("outer({orig})", orig=node), "wrapped", target="outer", helpers=["npu_glue"])
 
 
 class Crash(Rule):
@@ -81,7 +81,7 @@ def test_reported_site_carries_the_record_fallback_and_position():
 def test_nested_fixes_compose_and_helpers_are_imported():
     result = engine(RenameCuda, WrapCalls).migrate("pkg/m.py", b"y = wrap(x.cuda())\n", in_package=True)
     assert "y = outer(wrap(x.npu()))" in result.migrated
-    assert "from . import npu_glue" in result.migrated
+    assert "from .npu_glue import npu_glue" in result.migrated
     assert result.helpers == ["npu_glue"]
     plain = engine(WrapCalls).migrate("m.py", b"y = wrap(1)\n", in_package=False)
     assert "import npu_glue" in plain.migrated and "from ." not in plain.migrated

@@ -1,0 +1,211 @@
+"""Applying the sites of one file: overlap checks, one bottom-up pass, and a check of the output.
+
+``overlaps`` finds the sites whose edits cannot all be applied: two replacements of one node, two
+statement ranges of one block that intersect, or an edit inside code that another edit rebuilds
+without keeping it (neither as a hole nor as a moved statement). An edit nested inside a hole, a
+wrapped node or a moved statement is no conflict: it is applied there (``Apply`` fills holes with
+migrated nodes and moves migrated statements).
+
+After the pass, every node an edit produced must be in the output tree (``missing``); the engine
+downgrades a site whose result is not there instead of reporting it as rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Set, Tuple
+
+import libcst as cst
+
+from npu_migrate.migrate.edits import Code, Guarded, Replace, Site, Splice
+from npu_migrate.migrate.guarded import build_region, fill
+from npu_migrate.migrate.tree import TreeIndex, walk
+
+StatementEdit = (Splice, Guarded)
+
+
+def _kept(edit) -> Set[int]:
+    """Ids of the original nodes whose migrated form ``edit`` keeps inside what it builds."""
+    return {id(n) for c in _codes(edit) for n in c.hole_nodes}
+
+
+def _rebuilt(edit) -> List[cst.CSTNode]:
+    """The nodes whose whole subtree ``edit`` rebuilds (what is inside is lost unless kept as a
+    hole); a guarded region rebuilds nothing: it moves its statements as migrated."""
+    if isinstance(edit, Replace):
+        return [edit.node]
+    if isinstance(edit, Splice):
+        return list(edit.block.body[edit.start:edit.end])
+    return []
+
+
+def _placed(edit) -> cst.CSTNode:
+    """Where the result of ``edit`` goes: the replaced node, or the block whose statements change."""
+    return edit.node if isinstance(edit, Replace) else edit.block
+
+
+def _wraps(edit) -> bool:
+    """A replacement that keeps the node it replaces (``(fused if guard else {orig})``)."""
+    return isinstance(edit, Replace) and id(edit.node) in _kept(edit)
+
+
+def _describe(site: Site) -> str:
+    return f"{site.finding.code} at {site.finding.line}:{site.finding.col}"
+
+
+def _loses(edit, other, parent) -> bool:
+    """Whether ``other`` (an edit of another site) would discard the result of ``edit``."""
+    if isinstance(edit, StatementEdit) and isinstance(other, StatementEdit) and edit.block is other.block:
+        if max(edit.start, other.start) < min(edit.end, other.end):
+            return True
+    rebuilt = {id(n) for n in _rebuilt(other)}
+    if not rebuilt:
+        return False
+    kept = _kept(other)
+    placed = _placed(edit)
+    path_kept = False
+    node = placed
+    while node is not None:
+        path_kept = path_kept or id(node) in kept
+        if id(node) in rebuilt:
+            if node is placed and isinstance(edit, Replace) and isinstance(other, Replace):
+                return not (_wraps(edit) or _wraps(other))  # one wraps the other: they compose
+            return not path_kept
+        node = parent.get(id(node))
+    return False
+
+
+def overlaps(sites: List[Site], tree: TreeIndex) -> Dict[int, str]:
+    """``{id(site): why}`` for the sites to leave out: taken in order, a site is kept unless one of
+    its edits and one of a kept site's edits would discard each other's result."""
+    parent = tree.parents()
+    kept: List[Site] = []
+    dropped: Dict[int, str] = {}
+    for site in sites:
+        for other in kept:
+            if any(_loses(a, b, parent) or _loses(b, a, parent) for a in site.edits for b in other.edits):
+                dropped[id(site)] = f"it overlaps the rewrite of {_describe(other)}"
+                break
+        else:
+            kept.append(site)
+    return dropped
+
+
+class Apply(cst.CSTTransformer):
+    """Applies the edits of the kept sites in one bottom-up pass, entering only the nodes that hold
+    an edited node or a hole (so libcst keeps every other subtree as it is)."""
+
+    def __init__(self, sites: Iterable[Site], tree: TreeIndex) -> None:
+        super().__init__()
+        self.replaces: Dict[int, List[Tuple[Site, Replace]]] = {}
+        self.blocks: Dict[int, List[Tuple[Site, object]]] = {}
+        self.recorded: Set[int] = set()  # original nodes whose migrated form an edit reads
+        wanted: List[cst.CSTNode] = []
+        for site in sites:
+            for edit in site.edits:
+                holes = [n for c in _codes(edit) for n in c.hole_nodes]
+                if isinstance(edit, Replace):
+                    self.replaces.setdefault(id(edit.node), []).append((site, edit))
+                    wanted.append(edit.node)
+                else:
+                    self.blocks.setdefault(id(edit.block), []).append((site, edit))
+                    holes.extend(edit.block.body)
+                wanted.extend(holes)
+                self.recorded.update(id(n) for n in holes)
+        for pairs in self.replaces.values():
+            pairs.sort(key=lambda pair: _wraps(pair[1]))  # a wrapper takes the node as replaced
+        self.holders = tree.ancestors(wanted)
+        self.migrated_nodes: Dict[int, cst.CSTNode] = {}
+
+    def on_visit(self, node) -> bool:
+        return id(node) in self.holders
+
+    def migrated(self, node: cst.CSTNode) -> cst.CSTNode:
+        found = self.migrated_nodes.get(id(node))
+        if found is None:
+            raise LookupError(f"no migrated form recorded for a {type(node).__name__} hole")
+        return found
+
+    def on_leave(self, original_node, updated_node):
+        if id(original_node) in self.blocks:
+            updated_node = self._block(original_node, updated_node)
+        for site, edit in self.replaces.get(id(original_node), ()):
+            updated_node = self._replace(site, edit, original_node, updated_node)
+        if id(original_node) in self.recorded:
+            self.migrated_nodes[id(original_node)] = updated_node
+        return updated_node
+
+    def _replace(self, site: Site, edit: Replace, original, updated):
+        if not isinstance(edit.new, Code):
+            site.results.extend(edit.new.nodes if isinstance(edit.new, cst.FlattenSentinel) else [edit.new])
+            return edit.new
+        parens = _parenthesized(updated)
+        self.migrated_nodes[id(original)] = _without_parens(updated) if parens else updated  # for a wrapper
+        new = fill(edit.new, "expression" if isinstance(original, cst.BaseExpression) else "statement", self.migrated)
+        if parens and not _parenthesized(new):
+            new = new.with_changes(lpar=updated.lpar, rpar=updated.rpar)  # the replacement keeps the parentheses
+        site.results.append(new)
+        return new
+
+    def _block(self, original, updated):
+        body = list(original.body)
+        out: List[cst.BaseStatement] = []
+        comments: List[cst.EmptyLine] = []
+        index = 0
+
+        def emit(stmts):
+            nonlocal comments
+            for stmt in stmts:
+                if isinstance(stmt, cst.RemovalSentinel):
+                    continue
+                for one in (stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt]):
+                    if comments:
+                        one = one.with_changes(leading_lines=[*comments, *one.leading_lines])
+                        comments = []
+                    out.append(one)
+
+        for site, edit in sorted(self.blocks[id(original)], key=lambda pair: (pair[1].start, pair[1].end)):
+            emit(self.migrated_nodes.get(id(s), s) for s in body[index:edit.start])
+            if isinstance(edit, Splice):
+                removed = [self.migrated_nodes.get(id(s), s) for s in body[edit.start:edit.end]]
+                comments.extend(line for stmt in removed for line in _comment_lines(stmt))
+                new = [fill(c, "statement", self.migrated) for c in edit.new]
+            else:
+                new = build_region(edit, self.migrated)
+            site.results.extend(new)
+            emit(new)
+            index = max(index, edit.end)
+        emit(self.migrated_nodes.get(id(s), s) for s in body[index:])
+        if comments:
+            footer = [*comments, *updated.footer] if isinstance(updated, cst.Module) else [*comments, *updated.footer]
+            return updated.with_changes(body=out, footer=footer)
+        return updated.with_changes(body=out)
+
+
+def _codes(edit) -> List[Code]:
+    if isinstance(edit, Replace):
+        return [edit.new] if isinstance(edit.new, Code) else []
+    if isinstance(edit, Splice):
+        return list(edit.new)
+    return [edit.guard, *edit.fused]
+
+
+def _parenthesized(node) -> bool:
+    return bool(getattr(node, "lpar", None))
+
+
+def _without_parens(node):
+    return node.with_changes(lpar=[], rpar=[])
+
+
+def _comment_lines(stmt) -> List[cst.EmptyLine]:
+    """The lines above a removed statement and its trailing comment, to put above the next one."""
+    if isinstance(stmt, (cst.RemovalSentinel, cst.FlattenSentinel)):
+        return []
+    comment = getattr(getattr(stmt, "trailing_whitespace", None), "comment", None)
+    return [*stmt.leading_lines, *([cst.EmptyLine(comment=comment)] if comment else [])]
+
+
+def missing(module: cst.Module, sites: Iterable[Site]) -> List[Site]:
+    """The sites with a produced node that is not in ``module``."""
+    present = {id(node) for node in walk(module)}
+    return [site for site in sites if any(id(node) not in present for node in site.results)]

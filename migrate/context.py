@@ -1,0 +1,88 @@
+"""What the rules see of one file (``FileContext``), and the one marker of code already migrated.
+
+Rules read the module, qualified names and the op table through the context and add ``Site``s to
+it; they never change the tree or each other's state. Code this tool emitted on an earlier run is
+recognised by one marker: a guard, an ``if``/conditional expression whose test calls the vendored
+helper (``npu_glue.<check>(...)``, possibly ``and`` further conditions). Its fused branch and the
+original code kept as its fallback are both "already migrated".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Set
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from npu_migrate.migrate.edits import Site
+from npu_migrate.migrate.names import NameResolver
+from npu_migrate.migrate.tree import TreeIndex
+from npu_migrate.opmap import OpTable
+
+HELPER = "npu_glue"  # the vendored helper module (migrate/helpers/npu_glue.py)
+
+
+def is_helper_file(path: str) -> bool:
+    """The helper module this tool vendors (its fallbacks call the original APIs on purpose)."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1] == f"{HELPER}.py"
+
+
+def is_guard_test(test: cst.BaseExpression) -> bool:
+    """``npu_glue.<check>(...)``, alone or as the first operand of ``and``: the marker."""
+    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        test = test.left
+    return isinstance(test, cst.Call) and (get_full_name_for_node(test.func) or "").startswith(HELPER + ".")
+
+
+@dataclass
+class FileContext:
+    path: str
+    module: cst.Module
+    table: OpTable
+    names: NameResolver
+    sites: List[Site] = field(default_factory=list)
+    _tree: Optional[TreeIndex] = field(default=None, repr=False)
+    _guarded: Optional[Set[int]] = field(default=None, repr=False)
+
+    @property
+    def tree(self) -> TreeIndex:
+        """The module's subtrees, names and ancestors, indexed on first use."""
+        if self._tree is None:
+            self._tree = TreeIndex(self.module)
+        return self._tree
+
+    @property
+    def is_helper(self) -> bool:
+        return is_helper_file(self.path)
+
+    def add(self, site: Site) -> None:
+        self.sites.append(site)
+
+    def migrated(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is a guard this tool emitted, or inside one (either branch)."""
+        if self._guarded is None:
+            self._guarded = set()
+            if HELPER in self.tree.names(self.module):  # cheap: the module names the helper at all
+                for candidate in self.tree.subtree(self.module):
+                    if isinstance(candidate, (cst.If, cst.IfExp)) and is_guard_test(candidate.test):
+                        self._guarded.add(id(candidate))
+        if not self._guarded:
+            return False
+        parents = self.tree.parents()
+        while node is not None:
+            if id(node) in self._guarded:
+                return True
+            node = parents.get(id(node))
+        return False
+
+    def has_fast_path(self, func: cst.FunctionDef) -> bool:
+        """A function whose body starts (after a docstring) with a guard this tool emitted."""
+        body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+        first = next((s for s in body if not _is_docstring(s)), None)
+        return isinstance(first, cst.If) and is_guard_test(first.test)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
