@@ -68,14 +68,22 @@ def _string(call: cst.Call) -> Optional[str]:
     return None
 
 
-def plain_number(node: cst.CSTNode, qualify: Qualify) -> bool:
-    """An expression that is a Python number (so ``scale=`` takes it as is)."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.Name)):
+def plain_number(node: cst.CSTNode, qualify: Qualify, values=None, depth: int = 0, numbers=frozenset()) -> bool:
+    """An expression that is a Python number (so ``scale=`` takes it as is); a local name counts
+    when its only assignment in ``values`` is one, or it is in ``numbers`` (parameters annotated
+    ``float``/``int``); any other parameter may be a tensor."""
+    values = values or {}
+    if isinstance(node, (cst.Integer, cst.Float)):
         return True
+    if isinstance(node, cst.Name):
+        if node.value in numbers:
+            return True
+        return node.value in values and depth < 8 and plain_number(values[node.value], qualify, values, depth + 1, numbers)
     if isinstance(node, cst.UnaryOperation):
-        return plain_number(node.expression, qualify)
+        return plain_number(node.expression, qualify, values, depth, numbers)
     if isinstance(node, cst.BinaryOperation):
-        return plain_number(node.left, qualify) and plain_number(node.right, qualify)
+        return (plain_number(node.left, qualify, values, depth, numbers)
+                and plain_number(node.right, qualify, values, depth, numbers))
     if isinstance(node, cst.Call):
         name = qualify(node.func) or ""
         return name.startswith("math.") or bool(method(node, {"size"}))

@@ -85,7 +85,10 @@ class FunctionAnalysis:
                  qualify: Qualify, indent: str):
         self.func, self.cls, self.module, self.qualify = func, cls, module, qualify
         self.results: List[object] = []
-        self.params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+        params = (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)
+        self.params = {p.name.value for p in params}
+        self.numbers = frozenset(p.name.value for p in params if p.annotation is not None
+                                 and code(p.annotation.annotation) in ("float", "int"))
         self.assigned = self._assignments()
         self.values = {k: v[0] for k, v in self.assigned.items() if len(v) == 1}
         self._walk(func.body, indent + self._unit(func.body))
@@ -349,7 +352,7 @@ class FunctionAnalysis:
             op, expr = run.scale
             expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") else expr
             fusion.scale = code(expr) if op == "*" else f"1 / {parenthesized(expr)}"
-            fusion.scale_is_number = plain_number(expr, self.qualify)
+            fusion.scale_is_number = plain_number(expr, self.qualify, self.values, numbers=self.numbers)
             fusion.scale_operand = code(expr)
         for kind, expr in run.terms.items():
             text = code(rename(expr, subst))
