@@ -2,7 +2,8 @@
 apply the edits of every site in one pass (``migrate.apply``), add the imports they need, and
 check the output.
 
-The engine owns the edits: it keeps only sites whose codes are selected, leaves out a site whose
+The engine owns the edits: it keeps only sites whose codes are selected, keeps as it is a site whose
+line carries ``# npu-migrate: ignore[CODE]`` (action ``suppressed``), leaves out a site whose
 edits overlap another's (the site becomes an NPU006 finding, never a silent drop), and after the
 pass checks that every node an edit produced is in the output, downgrading a site that is not;
 so every finding reported as ``rewritten`` is in the migrated file.
@@ -28,6 +29,7 @@ from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.positions import positions
 from npu_migrate.migrate.rules import code_enabled, select_rules
 from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.migrate.suppressions import is_suppressed, suppressed_lines
 from npu_migrate.opmap import Fallback, OpTable
 
 NOT_APPLIED_PLAN = Fallback(
@@ -90,6 +92,10 @@ class Engine:
             return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {_exception_line(exc)}")
 
         sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
+        kept_as_is = suppressed_lines(source)
+        for site in sites:
+            if is_suppressed(kept_as_is, site.finding.line, site.finding.code):
+                site.finding.action, site.edits = "suppressed", ()
         findings = lambda: [s.finding for s in sites]  # noqa: E731  (downgrades change them)
         rewriting = [s for s in sites if s.edits]
         dropped = overlaps(rewriting, ctx.tree)

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from npu_migrate.opmap import Fallback
 
-ACTIONS = ("rewritten", "reported")
+ACTIONS = ("rewritten", "reported", "suppressed")
 FILE_STATUSES = ("changed", "unchanged", "skipped", "error")
 
 
@@ -15,7 +15,7 @@ FILE_STATUSES = ("changed", "unchanged", "skipped", "error")
 class Finding:
     code: str
     message: str
-    action: str  # "rewritten" or "reported"
+    action: str  # "rewritten", "reported" or "suppressed" (kept as is by a `# npu-migrate: ignore` comment)
     api: Optional[str] = None  # the torch qualified name at the site
     target: Optional[str] = None  # the NPU API used, when rewritten
     fallback: Optional[Fallback] = None  # for every reported site

@@ -174,3 +174,19 @@ def test_a_hoisted_statement_may_not_jump_over_what_it_depends_on():
     func = _function("def f(q):\n    s = q * 2\n    t = s + 1\n    o = t * 3\n    return o\n")
     problem = region(func.body, func.body, 0, 3, code("fits(q)"), [code("o = fast(q)\n")], hoisted=[1])
     assert isinstance(problem, str) and "`s`" in problem
+
+
+# -- suppressions -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("comment, kept", [
+    ("  # npu-migrate: ignore", True),
+    ("  # npu-migrate: ignore[NPU900]", True),
+    ("  # npu-migrate: ignore[NPU9]", True),
+    ("  # npu-migrate: ignore[NPU302, NPU901]", False),
+    ("  # an ordinary comment", False),
+])
+def test_a_suppression_comment_keeps_the_site_as_it_is(comment, kept):
+    result = run(f"y = x.cuda(){comment}\nz = w.cuda()\n", RenameCuda)
+    first, second = sorted(result.findings, key=lambda f: f.line)
+    assert second.action == "rewritten" and "z = w.npu()" in result.migrated
+    assert (first.action == "suppressed") is kept
+    assert ("y = x.cuda()" in result.migrated) is kept
