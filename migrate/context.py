@@ -10,7 +10,7 @@ original code kept as its fallback are both "already migrated".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -44,6 +44,8 @@ class FileContext:
     sites: List[Site] = field(default_factory=list)
     _tree: Optional[TreeIndex] = field(default=None, repr=False)
     _guarded: Optional[Set[int]] = field(default=None, repr=False)
+    _views: Dict[int, object] = field(default_factory=dict, repr=False)
+    _functions: Optional[dict] = field(default=None, repr=False)
 
     @property
     def tree(self) -> TreeIndex:
@@ -75,6 +77,34 @@ class FileContext:
                 return True
             node = parents.get(id(node))
         return False
+
+    def view(self, func: cst.FunctionDef):
+        """The dataflow view of ``func`` (``rules._view``), built once per file and shared by the
+        rules that match on it."""
+        found = self._views.get(id(func))
+        if found is None:
+            from npu_migrate.migrate.rules._view import Scope, View, module_functions
+
+            if self._functions is None:
+                self._functions = module_functions(self.module)
+            parents = self.tree.parents()
+            holder = parents.get(id(parents.get(id(func))))
+            cls = holder if isinstance(holder, cst.ClassDef) else None
+            scope = Scope.of(self.module, self.names.qualified_name, cls, self._functions, parents)
+            found = self._views[id(func)] = View(func, scope)
+        return found
+
+    def indentation(self, block: cst.CSTNode) -> tuple:
+        """(the absolute indentation of ``block``'s statements, its own indentation step)."""
+        parents = self.tree.parents()
+        default = self.module.default_indent
+        unit = block.indent if isinstance(block, cst.IndentedBlock) and block.indent is not None else default
+        total, node = "", block
+        while node is not None:
+            if isinstance(node, cst.IndentedBlock):
+                total = (node.indent if node.indent is not None else default) + total
+            node = parents.get(id(node))
+        return total, unit
 
     def has_fast_path(self, func: cst.FunctionDef) -> bool:
         """A function whose body starts (after a docstring) with a guard this tool emitted."""

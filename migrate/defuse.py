@@ -157,9 +157,14 @@ def region_problem(scope: cst.CSTNode, block, start: int, end: int, hoisted: Seq
     for index in hoisted:
         before = [body[i] for i in range(start, index) if i not in hoisted]
         stmt = body[index]
-        clash = (read([stmt]) & defined(before)) | (defined([stmt]) & (read(before) | defined(before)))
+        sets = ", ".join(f"`{n}`" for n in sorted(defined([stmt]))) or "nothing"
+        uses = read([stmt]) & defined(before)
+        if uses:
+            return (f"the statement that sets {sets} reads `{sorted(uses)[0]}`, which the statements before it "
+                    "compute, so the fused call cannot have it first")
+        clash = defined([stmt]) & (read(before) | defined(before))
         if clash:
-            return f"`{sorted(clash)[0]}` ties a statement inside the region to the ones it would move before"
+            return f"`{sorted(clash)[0]}` is set both inside the computation and by a statement the fused call needs first"
     at = reads_at or {}
     stale = {name for name in fused_reads for i in range(start, min(end, at.get(name, end)))
              if i not in hoisted and name in defined([body[i]])}

@@ -48,11 +48,6 @@ def is_tril_buffer(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> 
     return bool(values) and all(tril_of_ones(v) for v in values)
 
 
-def is_dropout_module(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> bool:
-    values = _class_assignments(cls, attr)
-    return bool(values) and all(isinstance(v, cst.Call) and qualify(v.func) in DROPOUT_MODULE for v in values)
-
-
 def causal_alignment(node: cst.CSTNode) -> Optional[Tuple[str, int]]:
     """(buffer attr, sparse mode) for ``self.buf[:, :, :A, :B]`` (top-left: 2) or
     ``self.buf[:, :, K - Q:K, :K]`` (bottom-right: 3)."""
@@ -73,14 +68,3 @@ def causal_alignment(node: cst.CSTNode) -> Optional[Tuple[str, int]]:
             and code(lower.left) == code(rows.upper) == code(cols.upper):
         return self_attr(node.value), 3
     return None
-
-
-def is_repeat_kv(module: cst.Module, qualify: Qualify, func: cst.Name) -> bool:
-    """``repeat_kv`` is Hugging Face's: imported from transformers, or defined here with expand + reshape."""
-    if (qualify(func) or "").startswith("transformers."):
-        return True
-    for node in module.body:
-        if isinstance(node, cst.FunctionDef) and node.name.value == "repeat_kv":
-            text = code(node)
-            return "None, :, :]" in text and ".expand(" in text and ".reshape(" in text
-    return False

@@ -1,5 +1,6 @@
-"""The visitor part shared by the attention rules NPU302 and NPU303: each function that mentions a
-softmax is analysed, and each result (a fusion or a blocked site) goes to the rule's ``found``."""
+"""The visitor part shared by the attention rules NPU302 and NPU303: the attention of each function
+that mentions a softmax, read from its dataflow view once per file; each result (an ``Attention``
+to fuse or a ``Blocked`` site) goes to the rule's ``found``."""
 
 from __future__ import annotations
 
@@ -7,41 +8,70 @@ from typing import List
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._attention_exprs import SOFTMAX
-from npu_migrate.migrate.rules._attention_patterns import FunctionAnalysis
+from npu_migrate.migrate.rules._attention_match import match, unmatched_scores
+
+SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax"}
+
+
+def attention_in(view) -> List[object]:
+    """Every attention result of the view: an ``Attention`` or ``Blocked`` per product with V, then
+    a ``Blocked`` for each softmax over q·kᵀ scores that no such product consumed (memoised on the
+    view)."""
+    found = getattr(view, "_attention", None)
+    if found is None:
+        found, seen, softmaxes, consumed = [], set(), [], set()
+        for value in list(view.values.values()):
+            if id(value) in seen or not view.home(value):
+                continue
+            seen.add(id(value))
+            if value.op == "matmul":
+                result, softmax = match(value)
+                if result is not None:
+                    found.append(result)
+                    consumed.add(id(softmax))
+            elif value.op == "softmax":
+                softmaxes.append(value)
+        multiplied = _multiplied(view)
+        for softmax in softmaxes:
+            blocked = unmatched_scores(softmax) if id(softmax) not in consumed and id(softmax) in multiplied else None
+            if blocked is not None:
+                found.append(blocked)
+        view._attention = found
+    return found
+
+
+def _multiplied(view) -> set:
+    """Ids of the softmax values whose output (cast, dropped out, sliced) feeds a product."""
+    found = set()
+    for value in view.values.values():
+        if value.op not in ("matmul", "einsum", "mul", "call"):
+            continue
+        operands = list(value.kw.values()) + [i for v in value.kw.values() for i in v.items]
+        for operand in operands:
+            while operand is not None and operand.op in ("cast", "same", "dropout", "getitem", "phi"):
+                operand = operand.input if operand.op != "phi" else operand["else"]
+            if operand is not None and operand.op == "softmax":
+                found.add(id(operand))
+    return found
 
 
 class FunctionRule:
-    """Mixin for rules that analyse each function: tracks the enclosing class and indentation."""
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._classes: List[cst.ClassDef] = []
-        self._indents: List[str] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(node)
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.pop()
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._indents.append(node.indent if node.indent is not None else self.ctx.module.default_indent)
-
-    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._indents.pop()
+    """Mixin for rules that analyse the attention of each function."""
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
             return
         # cheap filter: functions that mention a softmax (under any imported alias)
-        aliases = {"softmax"} | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
+        aliases = {"softmax", "Softmax"} | {local for local, qualified in self.ctx.names.imports.items()
+                                            if qualified & SOFTMAX}
         if not self.ctx.tree.names(node.body) & aliases:
             return
-        cls = self._classes[-1] if self._classes and node in self._classes[-1].body.body else None
-        analysis = FunctionAnalysis(node, cls, self.ctx.module, self.qualified_name, "".join(self._indents))
-        for result in analysis.results:
-            self.found(result, node)
+        view = self.ctx.view(node)
+        for result in attention_in(view):
+            where = result.out.node if hasattr(result, "out") else result.node
+            if where is not None and self.ctx.migrated(where):
+                continue  # migrated before: the fallback of its guard keeps the original code
+            self.found(result, view)
 
-    def found(self, result, func: cst.FunctionDef) -> None:
+    def found(self, result, view) -> None:
         raise NotImplementedError

@@ -3,7 +3,7 @@ a value, such as the attention probabilities, is used afterwards and under which
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -45,15 +45,6 @@ def statements_after(body, end_stmt) -> List[cst.CSTNode]:
     # compound statements that enclose end_stmt come before it in the order; their headers were
     # already evaluated, their later statements follow
     return order[index + 1:]
-
-
-def loads_after(body, end_stmt) -> Set[str]:
-    names = set()
-    for stmt in statements_after(body, end_stmt):
-        target = stmt if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
-        if target is not None:
-            names |= names_in(target)
-    return names
 
 
 def _header(stmt) -> Optional[cst.CSTNode]:

@@ -1,0 +1,136 @@
+"""Normalisations of the dataflow view: several computations of one op become that op.
+
+Each rule is a small function of a freshly built value that returns the canonical value (or the
+value itself); ``normalise`` applies them in order, once per value (arguments are already
+normal). A canonical value keeps the source node only when that node's code denotes it (the
+rewrites write operands from it); a value made up by a rule (the ``kᵀ`` of an einsum) has none.
+Adding a spelling is adding one rule here:
+
+* ``x * x``, ``x ** 2``, ``x.pow(2)``, ``torch.square(x)`` → ``square(x)``
+* ``x ** -0.5``, ``1 / sqrt(x)``, ``x.pow(-0.5)`` → ``rsqrt(x)``; ``x ** 0.5`` → ``sqrt(x)``
+* ``x * sigmoid(x)`` → ``silu(x)``
+* ``x.transpose(-2, -1)``, ``x.transpose(2, 3)``, ``x.permute(0, 1, 3, 2)``, ``x.mT``, ``x.t()`` →
+  ``transposed(x)`` (the last two dims swapped; ``transpose(2, 3)`` and the permutation read as
+  such on the 4-D tensors attention uses)
+* ``torch.einsum("bhqd,bhkd->bhqk", q, k)`` → ``matmul(q, transposed(k))``, ``"bhqk,bhkd->bhqd"``
+  → ``matmul(p, v)`` (any batch letters; the contraction over the last dims)
+* ``x.to(x.dtype)``-like casts keep their op; ``same`` (``contiguous``, ``clone``) is looked through
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+_RULES: List[Callable] = []
+
+
+def rule(fn: Callable) -> Callable:
+    _RULES.append(fn)
+    return fn
+
+
+def normalise(value):
+    for fn in _RULES:
+        new = fn(value)
+        if new is not value:
+            return new
+    return value
+
+
+def number(value) -> Optional[float]:
+    return value.number if value is not None and value.op == "const" else None
+
+
+def same_value(a, b) -> bool:
+    """Two values that are one computation (the same value, or the same name read twice)."""
+    if a is b:
+        return True
+    return (a is not None and b is not None and a.op == b.op and a.op in ("param", "free", "name")
+            and a.name == b.name)
+
+
+def _derived(value, op, kw, same_node: bool = True):
+    """``op(kw)`` in place of ``value``; ``same_node``: the value's source denotes the new value too."""
+    from npu_migrate.migrate.rules._view import Value
+
+    return Value(op, kw, node=value.node if same_node else None, view=value.view)
+
+
+@rule
+def _look_through(value):
+    return value.input if value.op == "same" and value.input is not None else value
+
+
+@rule
+def _square(value):
+    if value.op == "mul" and same_value(value.input, value["other"]):
+        return _derived(value, "square", {"input": value.input})
+    if value.op == "pow" and number(value["other"] or value["exponent"]) == 2:
+        return _derived(value, "square", {"input": value.input})
+    return value
+
+
+@rule
+def _roots(value):
+    if value.op == "pow":
+        exponent = number(value["other"] or value["exponent"])
+        if exponent == -0.5:
+            return _derived(value, "rsqrt", {"input": value.input})
+        if exponent == 0.5:
+            return _derived(value, "sqrt", {"input": value.input})
+    if value.op == "div" and value["other"] is not None and value["other"].op == "sqrt" and number(value.input) == 1:
+        return _derived(value, "rsqrt", {"input": value["other"].input})
+    return value
+
+
+@rule
+def _silu(value):
+    if value.op == "mul":
+        for a, b in ((value.input, value["other"]), (value["other"], value.input)):
+            if b is not None and b.op == "sigmoid" and same_value(a, b.input):
+                return _derived(value, "silu", {"input": a})
+    return value
+
+
+LAST_TWO = ({-2, -1}, {2, 3})
+
+
+@rule
+def _transposed(value):
+    if value.op == "transpose":
+        dims = {number(value["dim0"]), number(value["dim1"])}
+        if dims in LAST_TWO:
+            return _derived(value, "transposed", {"input": value.input})
+    if value.op == "permute":
+        dims = value["*rest"] or value["dims"]
+        order = [number(item) for item in (dims.items if dims is not None else ())]
+        if order == [0, 1, 3, 2]:
+            return _derived(value, "transposed", {"input": value.input})
+    if value.op == "t":
+        return _derived(value, "transposed", {"input": value.input})
+    return value
+
+
+@rule
+def _einsum(value):
+    if value.op != "einsum" or value["equation"] is None or value["equation"].op != "str":
+        return value
+    operands = value["*rest"].items if value["*rest"] is not None else ()
+    equation = (value["equation"].name or "").replace(" ", "")
+    if len(operands) != 2 or "->" not in equation or "." in equation:
+        return value
+    inputs, output = equation.split("->")
+    parts = inputs.split(",")
+    if len(parts) != 2:
+        return value
+    (a, b), c = parts, output
+    if len(a) < 2 or len(b) < 2 or len(a) != len(b) or len(c) != len(a) or a[:-2] != b[:-2] or c[:-2] != a[:-2]:
+        return value
+    i, j, out = a[-2:], b[-2:], c[-2:]
+    left, right = operands
+    if i[1] == j[1] and out == i[0] + j[0]:  # ...qd,...kd->...qk: q @ k^T
+        transposed = _derived(value, "transposed", {"input": right}, same_node=False)
+        return _derived(value, "matmul", {"input": left, "other": transposed})
+    if i[1] == j[0] and out == i[0] + j[1]:  # ...qk,...kd->...qd: p @ v
+        return _derived(value, "matmul", {"input": left, "other": right})
+    return value
