@@ -1,5 +1,7 @@
 """What a run writes: the migrated tree or in-place changes, ``changes.patch``, the reports.
 
+(The renderers are imported by the functions that use them: the CLI imports this package at start-up.)
+
 Every report is rendered from one dict (``report_json.build``), so their counts agree: report.json,
 report.md, report.sarif and report.html (which shows a parity result too when one is given).
 ``rebuild_html`` makes the page again from a report directory alone (``migrate report``).
@@ -11,9 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
 
-from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
 from npu_migrate.migrate.outputs.atomic import write_atomic
-from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
 
 if TYPE_CHECKING:
     from npu_migrate.migrate.runner import RunResult
@@ -33,6 +33,9 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     ``report`` is ``report_json.build(run)`` when the caller has it already; ``parity`` the JSON
     of a parity run, shown on the HTML page.
     """
+    from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
+    from npu_migrate.migrate.outputs.hunks import parse_patch
+
     report = report if report is not None else report_json.build(run)
     diffs = parse_patch(patch)
     originals = {r.path: r.original for r in run.changed if r.original is not None}
@@ -69,6 +72,9 @@ def read_json(path: Path, what: str) -> dict:
 
 def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
     """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``."""
+    from npu_migrate.migrate.outputs import report_html, report_json
+    from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
+
     report_dir = Path(report_dir)
     report = read_json(report_dir / JSON_NAME, "report")
     if report.get("schema_version") != report_json.SCHEMA_VERSION:
