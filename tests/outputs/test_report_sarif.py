@@ -242,3 +242,27 @@ def test_the_vendored_schema_is_the_published_file():
     recorded = re.search(r"sha256: `([0-9a-f]{64})`", (SCHEMA.parent / "README.md").read_text()).group(1)
     assert hashlib.sha256(SCHEMA.read_bytes()).hexdigest() == recorded
     assert json.loads(SCHEMA.read_text())["properties"]["version"]["enum"] == ["2.1.0"]
+
+
+@pytest.mark.parametrize("model", ["llama", "mixtral", "gpt2"])
+def test_reports_on_installed_transformers_models_are_valid(tmp_path, model):
+    """Code not written here: a Hugging Face model package, migrated where pip put it (PATH is only read)."""
+    import transformers
+
+    source = Path(transformers.__file__).parent / "models" / model
+    reports = tmp_path / "r"
+    result = invoke(source, "--out", tmp_path / "out", "--report-dir", reports)
+    assert result.exit_code == 0, result.output
+    sarif = _sarif(reports)
+    assert list(_validator().iter_errors(sarif)) == []
+    report = json.loads((reports / "report.json").read_text())
+    results = sarif["runs"][0]["results"]
+    assert len(results) == len(report["findings"]) > 0
+    assert sarif["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"] == source.resolve().as_uri() + "/"
+    fused = [r for r in results if r["ruleId"].startswith("NPU3") and r["properties"]["action"] == "rewritten"]
+    assert fused and all(r["properties"]["safety"] == "numerics-changing" and r["fixes"] for r in fused)
+    for r in fused:  # each fused rewrite's fix replaces the lines at its site
+        (change,) = r["fixes"][0]["artifactChanges"]
+        original = (source / change["artifactLocation"]["uri"]).read_text()
+        assert _apply(original, change["replacements"]) != original
+    assert "<!DOCTYPE html>" in (reports / "report.html").read_text()
