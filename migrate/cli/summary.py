@@ -41,10 +41,14 @@ def errors(report: dict) -> None:
 def check_listing(report: dict, changes: Sequence, path: Path) -> None:
     """The files that would change (with their rewrites) and the sites that need attention."""
     rewrites = Counter(f["path"] for f in report["findings"] if f["action"] == "rewritten")
+    migrated = {r["path"] for r in report["files"] if r["status"] == "changed"}
     if changes:
         console.print(f"[bold]Would change {_plural(len(changes), 'file')}:[/]", soft_wrap=True)
         for change in changes:
-            what = "new helper module" if change.old is None else _plural(rewrites[change.path], "rewrite")
+            if change.path in migrated:
+                what = _plural(rewrites[change.path], "rewrite")
+            else:  # a vendored helper module beside the files that import it
+                what = "new helper module" if change.old is None else "helper module updated"
             console.print(f"  {escape(change.path)} ({what})", soft_wrap=True)
     attention = [f for f in report["findings"] if f["action"] == "reported" and is_site(f)]
     if attention:
