@@ -7,8 +7,21 @@ from typing import List, Optional
 
 from npu_migrate.opmap import Fallback
 
-ACTIONS = ("rewritten", "reported", "suppressed")
+ACTIONS = ("rewritten", "reported", "suppressed")  # suppressed: kept as is by ``# npu-migrate: ignore[CODE]``
 FILE_STATUSES = ("changed", "unchanged", "skipped", "error")
+
+# How far a rewrite can be trusted without a parity run: device rewrites (NPU2xx) move the same
+# computation to the NPU; fused rewrites (NPU3xx) swap in a kernel with its own rounding.
+SAFE, NUMERICS_CHANGING = "safe", "numerics-changing"
+SAFETIES = (SAFE, NUMERICS_CHANGING)
+
+
+SAFETY_BY_FAMILY = {"NPU2": SAFE, "NPU3": NUMERICS_CHANGING}
+
+
+def fix_safety(code: str, action: str) -> Optional[str]:
+    """The safety of a finding's fix: None for a site that was not rewritten."""
+    return SAFETY_BY_FAMILY.get(code[:4]) if action == "rewritten" else None
 
 
 @dataclass
@@ -23,9 +36,15 @@ class Finding:
     line: int = 0
     col: int = 0
 
+    @property
+    def safety(self) -> Optional[str]:
+        """``"safe"``, ``"numerics-changing"`` or None (not rewritten): derived, so it follows the action."""
+        return fix_safety(self.code, self.action)
+
     def to_json(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k != "fallback"}
         data["fallback"] = asdict(self.fallback) if self.fallback else None
+        data["safety"] = self.safety
         return data
 
 

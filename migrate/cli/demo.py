@@ -41,8 +41,14 @@ def demo(
                          ignore=None, jobs=None, check=False, diff=False)
     if code & (exitcodes.CONFIG_ERROR | exitcodes.FILE_ERRORS):
         raise typer.Exit(code)
-    console.print(f"Review the diff: {reports / 'changes.patch'}\nRead the report: {reports / 'report.md'}", soft_wrap=True)
+    console.print(f"Review the diff: {reports / 'changes.patch'}\nRead the report: {reports / 'report.md'} "
+                  f"(or open {reports / 'report.html'})", soft_wrap=True)
     if parity:
         console.print(f"Parity: {repo / 'parity.yaml'} (original {repo} vs migrated {out})", soft_wrap=True)
         code |= run_and_show(repo / "parity.yaml", repo, out, "cpu", reports / "parity.json")
+        if (reports / "parity.json").is_file():
+            from npu_migrate.migrate.outputs import read_json, rebuild_html
+
+            page = rebuild_html(reports, read_json(reports / "parity.json", "parity result"))
+            console.print(f"Review page (with the parity result): {page}", soft_wrap=True)
     raise typer.Exit(code)

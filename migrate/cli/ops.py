@@ -6,12 +6,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.table import Table
-
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.console import console
-from npu_migrate.opmap import SchemaError, load_file, load_table
 
 ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True)
 app.add_typer(ops_app, name="ops")
@@ -20,6 +17,8 @@ OpmapOption = typer.Option(None, "--opmap", help="Extra op-table YAML files (ext
 
 
 def _table(extra: Optional[List[Path]]):
+    from npu_migrate.opmap import SchemaError, load_table
+
     try:
         return load_table(extra or ())
     except SchemaError as exc:
@@ -34,6 +33,8 @@ def list_ops(
     opmap: Optional[List[Path]] = OpmapOption,
 ) -> None:
     """List the op-table records (one line each)."""
+    from rich.table import Table
+
     table = Table("api", "status", "code", "target / plan", box=None, pad_edge=False)
     count = 0
     for record in _table(opmap).records():
@@ -69,6 +70,8 @@ def show_op(name: str = typer.Argument(..., help="Qualified torch API name, e.g.
 @ops_app.command("validate")
 def validate(files: List[Path] = typer.Argument(..., help="Op-table YAML files to check.")) -> None:
     """Check op-table files against the schema; problems are printed as file:line: problem."""
+    from npu_migrate.opmap import SchemaError, load_file
+
     failed = False
     for path in files:
         try:

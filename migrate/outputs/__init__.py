@@ -1,22 +1,91 @@
-"""What a run writes: the migrated tree or in-place changes, ``changes.patch``, the reports."""
+"""What a run writes: the migrated tree or in-place changes, ``changes.patch``, the reports.
+
+(The renderers are imported by the functions that use them: the CLI imports this package at start-up.)
+
+Every report is rendered from one dict (``report_json.build``), so their counts agree: report.json,
+report.md, report.sarif and report.html (which shows a parity result too when one is given).
+``rebuild_html`` makes the page again from a report directory alone (``migrate report``).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Dict
+from typing import TYPE_CHECKING, Dict, Optional
 
-from npu_migrate.migrate.outputs import report_json, report_md
 from npu_migrate.migrate.outputs.atomic import write_atomic
-from npu_migrate.migrate.runner import RunResult
+
+if TYPE_CHECKING:
+    from npu_migrate.migrate.runner import RunResult
 
 PATCH_NAME = "changes.patch"
+JSON_NAME, MD_NAME, SARIF_NAME, HTML_NAME = "report.json", "report.md", "report.sarif", "report.html"
 
 
-def write_reports(report_dir: Path, run: RunResult, patch: str) -> Dict[str, Path]:
-    """Write ``changes.patch``, ``report.json`` and ``report.md`` into ``report_dir``."""
-    texts = {PATCH_NAME: patch, "report.json": report_json.render(run), "report.md": report_md.render(run)}
+class ReportDirError(ValueError):
+    """A report directory that ``migrate report`` cannot read."""
+
+
+def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Optional[dict] = None,
+                  parity: Optional[dict] = None) -> Dict[str, Path]:
+    """Write ``changes.patch`` and the four reports into ``report_dir``; returns their paths.
+
+    ``report`` is ``report_json.build(run)`` when the caller has it already; ``parity`` the JSON
+    of a parity run, shown on the HTML page.
+    """
+    from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
+    from npu_migrate.migrate.outputs.hunks import parse_patch
+
+    report = report if report is not None else report_json.build(run)
+    diffs = parse_patch(patch)
+    originals = {r.path: r.original for r in run.changed if r.original is not None}
+    texts = {
+        PATCH_NAME: patch,
+        JSON_NAME: report_json.render(report),
+        MD_NAME: report_md.render(report),
+        SARIF_NAME: report_sarif.render(report, run.root, {d.path: d for d in diffs}, originals),
+        HTML_NAME: report_html.render(report, diffs, parity),
+    }
     paths = {}
     for name, text in texts.items():
         paths[name] = Path(report_dir) / name
-        write_atomic(paths[name], text.encode("utf-8"))
+        write_atomic(paths[name], text.encode("utf-8", "surrogateescape"))
     return paths
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReportDirError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+
+
+def read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(_read(path, what))
+    except json.JSONDecodeError as exc:
+        raise ReportDirError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise ReportDirError(f"{path}: {what} must be a JSON object")
+    return data
+
+
+def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
+    """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``."""
+    from npu_migrate.migrate.outputs import report_html, report_json
+    from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
+
+    report_dir = Path(report_dir)
+    report = read_json(report_dir / JSON_NAME, "report")
+    if report.get("schema_version") != report_json.SCHEMA_VERSION:
+        raise ReportDirError(f"{report_dir / JSON_NAME}: schema_version {report.get('schema_version')!r}, this "
+                             f"npu-migrate reads {report_json.SCHEMA_VERSION}; run `migrate run` again")
+    patch_path = report_dir / PATCH_NAME
+    patch = _read(patch_path, "patch")
+    try:
+        diffs = parse_patch(patch)
+    except PatchError as exc:
+        raise ReportDirError(f"{patch_path}: {exc}") from exc
+    target = Path(out) if out is not None else report_dir / HTML_NAME
+    write_atomic(target, report_html.render(report, diffs, parity).encode("utf-8"))
+    return target

@@ -1,45 +1,94 @@
-"""``report.json`` (schema_version 1): the summary, one entry per Python file, one per finding.
+"""``report.json`` (schema_version 2): the summary, one entry per Python file, one per finding.
+
+The dict built here is the one source of every count and site that a run shows: report.md,
+report.sarif, report.html and the CLI's summary line are all rendered from it.
 
 Every finding a rule reports carries ``fallback`` {plan, detail}; the tool's own NPU0xx findings
 (a file that does not parse, is not UTF-8, made a rule crash...) carry the error as their message
-and ``fallback: null``.
+and ``fallback: null``. ``safety`` says how far a rewrite can be trusted without a parity run
+(``safe`` device rewrites, ``numerics-changing`` fused kernels; null for a site not rewritten).
+``snippet`` is the site's source line (stripped; null where there is none, e.g. a file error).
+
+Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and the summary keys
+``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from typing import TYPE_CHECKING, List, Optional
 
-from npu_migrate.migrate.runner import RunResult
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.findings import SAFETIES
 
-SCHEMA_VERSION = 1
-FINDING_KEYS = ("code", "path", "line", "col", "message", "api", "action", "target", "fallback")
+if TYPE_CHECKING:
+    from npu_migrate.migrate.findings import FileResult
+    from npu_migrate.migrate.runner import RunResult
+
+SCHEMA_VERSION = 2
+FINDING_KEYS = ("code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet")
 
 
-def summary(run: RunResult) -> dict:
+def is_site(finding: dict) -> bool:
+    """A site in the code (the tool's whole-file errors are not sites)."""
+    return finding["code"] not in diagnostics.TOOL_CODES
+
+
+def summarize(files: List[dict], findings: List[dict], other_files: int) -> dict:
+    statuses = Counter(f["status"] for f in files)
+    actions = Counter(f["action"] for f in findings if is_site(f))
+    safeties = Counter(f["safety"] for f in findings if f["safety"])
     return {
-        "files_scanned": len(run.files),
-        "files_changed": run.count("changed"),
-        "files_unchanged": run.count("unchanged"),
-        "files_skipped": run.count("skipped"),
-        "files_errored": run.count("error"),
-        "sites_rewritten": len(run.rewritten),
-        "sites_reported": len(run.reported),
-        "by_code": run.by_code(),
+        "files_scanned": len(files),
+        "files_changed": statuses["changed"],
+        "files_unchanged": statuses["unchanged"],
+        "files_skipped": statuses["skipped"],
+        "files_errored": statuses["error"],
+        "files_other": other_files,
+        "sites_rewritten": actions["rewritten"],
+        "sites_reported": actions["reported"],
+        "sites_suppressed": actions["suppressed"],
+        "rewrites_by_safety": {safety: safeties[safety] for safety in SAFETIES},
+        "by_code": dict(sorted(Counter(f["code"] for f in findings).items())),
     }
 
 
-def build(run: RunResult) -> dict:
+def _source_lines(run: "RunResult", result: "FileResult") -> Optional[List[str]]:
+    """The file's original lines (split on ``\\n`` as the positions count them), None if unreadable."""
+    if result.status == "error":
+        return None  # it could not be read or decoded once already
+    text = result.original
+    if text is None:
+        try:
+            text = (run.root / result.path).read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return None
+    return text.split("\n")
+
+
+def _findings(run: "RunResult") -> List[dict]:
+    out = []
+    for result in run.files:
+        source = _source_lines(run, result) if result.findings else None
+        for finding in result.findings:
+            data = finding.to_json()
+            line = finding.line
+            data["snippet"] = source[line - 1].strip() if source and 0 < line <= len(source) else None
+            out.append({key: data[key] for key in FINDING_KEYS})
+    return out
+
+
+def build(run: "RunResult") -> dict:
+    files = [{"path": r.path, "status": r.status, "error": r.error} for r in run.files]
+    findings = _findings(run)
     return {
         "schema_version": SCHEMA_VERSION,
-        "summary": summary(run),
-        "files": [{"path": r.path, "status": r.status, "error": r.error} for r in run.files],
-        "findings": [_finding(f.to_json()) for f in run.findings],
+        "summary": summarize(files, findings, len(run.copied)),
+        "files": files,
+        "findings": findings,
     }
 
 
-def _finding(data: dict) -> dict:
-    return {key: data[key] for key in FINDING_KEYS}
-
-
-def render(run: RunResult) -> str:
-    return json.dumps(build(run), indent=2) + "\n"
+def render(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"

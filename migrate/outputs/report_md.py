@@ -1,74 +1,102 @@
 """``report.md``: the run as a pull-request description a reviewer reads top to bottom.
 
-Summary table, the codes seen with their one-line meaning, the rewritten sites per file, then
-"Needs attention": every site that was not migrated, with its fallback plan, and the file errors.
+Rendered from the report.json dict: the summary table (the same counts), the codes seen with their
+one-line meaning, the rewritten sites per file with their fix safety, "Needs attention" (every
+site that was not migrated, with its fallback plan, and the file errors), then the sites kept as
+they are by ``# npu-migrate: ignore[...]`` comments.
 """
 
 from __future__ import annotations
 
 from itertools import groupby
-from typing import List
+from typing import Dict, List
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import Finding
-from npu_migrate.migrate.outputs.report_json import summary
-from npu_migrate.migrate.runner import RunResult
+from npu_migrate.migrate.findings import NUMERICS_CHANGING, SAFE
+from npu_migrate.migrate.outputs.codes import catalogue
+from npu_migrate.migrate.outputs.report_json import is_site
 
-
-def _cell(text: str) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")
+SAFETY_NOTE = {SAFE: "safe", NUMERICS_CHANGING: "numerics-changing: prove it with `migrate parity`"}
 
 
-def _site(f: Finding) -> str:
-    return f"`{f.path}:{f.line}:{f.col}`"
+def _cell(text) -> str:
+    return str(text or "").replace("|", "\\|").replace("\n", " ")
 
 
-def _target(f: Finding) -> str:
-    return f" (`{f.target}`)" if f.target and f.target not in f.message else ""
+def _site(f: dict) -> str:
+    return f"`{f['path']}:{f['line']}:{f['col']}`"
 
 
-def render(run: RunResult) -> str:
-    s = summary(run)
-    out: List[str] = ["# Migration to Ascend NPU (npu-migrate)", ""]
-    out += [
+def _target(f: dict) -> str:
+    return f" (`{f['target']}`)" if f["target"] and f["target"] not in f["message"] else ""
+
+
+def _safety(f: dict) -> str:
+    return f" — {SAFETY_NOTE[f['safety']]}" if f["safety"] in SAFETY_NOTE else ""
+
+
+def _summary_table(s: dict) -> List[str]:
+    safety = s["rewrites_by_safety"]
+    return [
         "| | |", "|---|---:|",
         f"| Python files scanned | {s['files_scanned']} |",
         f"| Files changed | {s['files_changed']} |",
-        f"| Files unchanged | {s['files_unchanged'] + s['files_skipped']} |",
+        f"| Files unchanged | {s['files_unchanged']} |",
+        f"| Files skipped (nothing to migrate) | {s['files_skipped']} |",
         f"| Files with errors | {s['files_errored']} |",
+        f"| Other files (copied unchanged) | {s['files_other']} |",
         f"| Sites rewritten | {s['sites_rewritten']} |",
+        f"| … of which safe (device rewrites) | {safety[SAFE]} |",
+        f"| … of which numerics-changing (fused kernels) | {safety[NUMERICS_CHANGING]} |",
         f"| Sites needing attention | {s['sites_reported']} |",
+        f"| Sites suppressed (`# npu-migrate: ignore`) | {s['sites_suppressed']} |",
         "",
     ]
+
+
+def _by_action(findings: List[dict], action: str) -> List[dict]:
+    return [f for f in findings if f["action"] == action and is_site(f)]
+
+
+def render(report: dict) -> str:
+    s, findings = report["summary"], report["findings"]
+    out: List[str] = ["# Migration to Ascend NPU (npu-migrate)", "", *_summary_table(s)]
     if s["by_code"]:
-        summaries = diagnostics.all_codes()
+        codes = catalogue()
         out += ["## Diagnostics", "", "| Code | Count | Meaning |", "|---|---:|---|"]
-        out += [f"| {code} | {n} | {_cell(summaries.get(code, ''))} |" for code, n in s["by_code"].items()]
+        out += [f"| {code} | {n} | {_cell(codes[code].summary if code in codes else '')} |"
+                for code, n in s["by_code"].items()]
         out.append("")
 
-    rewritten = run.rewritten
+    rewritten = _by_action(findings, "rewritten")
     if rewritten:
         out += ["## Rewritten", ""]
-        for path, sites in groupby(rewritten, key=lambda f: f.path):
-            out.append(f"### `{path}`")
-            out.append("")
-            out += [f"- {_site(f)} {f.code} {f.message}" + _target(f) for f in sites]
+        for path, sites in groupby(rewritten, key=lambda f: f["path"]):
+            out += [f"### `{path}`", ""]
+            out += [f"- {_site(f)} {f['code']} {f['message']}{_target(f)}{_safety(f)}" for f in sites]
             out.append("")
 
-    reported, errors = run.reported, run.errors
+    reported = _by_action(findings, "reported")
+    errors = [f for f in report["files"] if f["status"] == "error"]
     if reported or errors:
         out += ["## Needs attention", ""]
     if reported:
         out += ["| Site | Code | API | Problem | Plan | What to do |", "|---|---|---|---|---|---|"]
         for f in reported:
-            plan, detail = (f.fallback.plan, f.fallback.detail) if f.fallback else ("manual", "")
-            out.append(f"| {_site(f)} | {f.code} | {_cell(f'`{f.api}`' if f.api else '')} | {_cell(f.message)} "
-                       f"| {plan} | {_cell(detail)} |")
+            fallback: Dict[str, str] = f["fallback"] or {"plan": "manual", "detail": ""}
+            api = f"`{f['api']}`" if f["api"] else ""
+            out.append(f"| {_site(f)} | {f['code']} | {_cell(api)} | {_cell(f['message'])} | {fallback['plan']} "
+                       f"| {_cell(fallback['detail'])} |")
         out.append("")
     if errors:
         out += ["### Files not processed (left unchanged)", ""]
-        out += [f"- `{r.path}`: {r.error}" for r in errors]
+        out += [f"- `{r['path']}`: {r['error']}" for r in errors]
         out.append("")
-    if not (rewritten or reported or errors):
+
+    suppressed = _by_action(findings, "suppressed")
+    if suppressed:
+        out += ["## Suppressed (kept as they are by `# npu-migrate: ignore`)", ""]
+        out += [f"- {_site(f)} {f['code']} {f['message']}" for f in suppressed]
+        out.append("")
+    if not (rewritten or reported or errors or suppressed):
         out += ["Nothing to migrate: no file uses a CUDA-specific or unsupported API.", ""]
     return "\n".join(out)

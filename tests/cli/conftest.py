@@ -101,3 +101,18 @@ def invoke(*args):
     """``migrate run ARGS``; in-process (``--jobs 1``) unless the test chooses ``--jobs``."""
     args = [*map(str, args)] + ([] if "--jobs" in args else ["--jobs", "1"])
     return CliRunner().invoke(app, ["run", *args], catch_exceptions=False)
+
+
+DEMO_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
+
+
+def migrate_demo(base: Path, *args) -> tuple:
+    """Copy the bundled demo repo to ``base/demo`` and ``migrate run`` it with the real rules into
+    ``base/demo-npu`` and ``base/reports``; returns (repo, out, reports, CLI result)."""
+    import shutil
+
+    repo, out, reports = base / "demo", base / "demo-npu", base / "reports"
+    shutil.copytree(DEMO_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    result = invoke(repo, "--out", out, "--report-dir", reports, *args)
+    assert result.exit_code == 0, result.output
+    return repo, out, reports, result

@@ -22,6 +22,9 @@ def test_demo_migrates_applies_imports_and_passes_parity(tmp_path):
     assert {"torch_npu.npu_fusion_attention", "torch_npu.npu_rms_norm", "torch_npu.npu_swiglu"} <= targets
     assert all(f["fallback"]["plan"] for f in report["findings"] if f["action"] == "reported")
     assert json.loads((reports / "parity.json").read_text())["passed"] is True
+    page = (reports / "report.html").read_text()  # rebuilt with the parity result at the end
+    assert "Parity: passed" in page and "tinyllama-train-step" in page
+    assert {p.name for p in reports.iterdir()} >= {"report.json", "report.md", "report.sarif", "report.html"}
 
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     applied = subprocess.run(["git", "apply", "--check", str(reports / "changes.patch")], cwd=repo,

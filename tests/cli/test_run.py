@@ -47,7 +47,8 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
         assert not (out / ignored).exists(), ignored
     assert snapshot(repo) == before, "PATH was written without --in-place"
     reports = tmp_path / "npu-migrate-report"
-    assert {p.name for p in reports.iterdir()} == {"changes.patch", "report.json", "report.md"}
+    assert {p.name for p in reports.iterdir()} == {"changes.patch", "report.json", "report.md", "report.sarif",
+                                                   "report.html"}
     assert "repo-npu" in result.stderr and "changes.patch" in result.stderr
 
 
@@ -105,23 +106,28 @@ def test_report_json_schema(repo, tmp_path):
     reports = tmp_path / "r"
     invoke(repo, "--out", tmp_path / "out", "--report-dir", reports)
     report = _report(reports)
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["summary"] == {
         "files_scanned": 5, "files_changed": 1, "files_unchanged": 1, "files_skipped": 2, "files_errored": 1,
-        "sites_rewritten": 1, "sites_reported": 1, "by_code": {"NPU001": 1, "NPU901": 1, "NPU902": 1},
+        "files_other": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,
+        "rewrites_by_safety": {"safe": 0, "numerics-changing": 0},
+        "by_code": {"NPU001": 1, "NPU901": 1, "NPU902": 1},
     }
     assert [f["path"] for f in report["files"]] == ["broken.py", "model/__init__.py", "model/layers.py",
                                                     "model/plain.py", "train.py"]
-    keys = ["code", "path", "line", "col", "message", "api", "action", "target", "fallback"]
+    keys = ["code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet"]
     for finding in report["findings"]:
         assert list(finding) == keys
         assert finding["action"] in ("rewritten", "reported")
+        assert finding["safety"] is None  # NPU9xx test codes are neither device (NPU2) nor fused (NPU3) rewrites
         if finding["code"].startswith("NPU0"):
             assert finding["fallback"] is None and finding["message"]
         elif finding["action"] == "reported":
             assert finding["fallback"]["plan"] in PLANS and finding["fallback"]["detail"]
     double = next(f for f in report["findings"] if f["code"] == "NPU902")
     assert (double["path"], double["line"], double["col"]) == ("model/layers.py", 3, 4)
+    assert double["snippet"] == "y = torch.zeros(3).double()"
+    assert next(f for f in report["findings"] if f["code"] == "NPU001")["snippet"] is None  # the file did not parse
     markdown = (reports / "report.md").read_text()
     assert "## Needs attention" in markdown and "keep this computation on the CPU" in markdown
     assert "`model/layers.py:3:4`" in markdown and "broken.py" in markdown

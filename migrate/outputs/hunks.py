@@ -1,0 +1,119 @@
+"""Reading ``changes.patch`` back: per file, its hunks and their lines with old/new line numbers.
+
+The HTML page shows these hunks beside the findings, and the SARIF fixes are cut from them, so
+both read the very patch that ``git apply`` takes (``migrate report`` rebuilds the page from a
+report directory alone). The parser reads the git-style unified diffs that ``patch.py`` writes:
+``diff --git`` headers, optional ``new file mode``, ``---``/``+++`` paths, ``@@ -a,b +c,d @@`` hunks
+and ``\\ No newline at end of file`` markers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchError(ValueError):
+    pass
+
+
+@dataclass
+class DiffLine:
+    kind: str  # " " context, "-" removed, "+" added
+    text: str  # without its newline
+    old: Optional[int]  # line number in the original file (None for an added line)
+    new: Optional[int]  # line number in the migrated file (None for a removed line)
+    newline: bool = True  # False where git marked "\ No newline at end of file"
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: List[DiffLine] = field(default_factory=list)
+
+    @property
+    def header(self) -> str:
+        return f"@@ -{self.old_start},{self.old_count} +{self.new_start},{self.new_count} @@"
+
+    def covers(self, old_line: int) -> bool:
+        """Whether ``old_line`` of the original lies in this hunk (its context included)."""
+        return self.old_start <= old_line < self.old_start + max(self.old_count, 1)
+
+    def changes(self) -> List[Tuple[int, List[DiffLine], List[DiffLine]]]:
+        """The runs of removed/added lines: (first old line they replace, removed, added)."""
+        groups: List[Tuple[int, List[DiffLine], List[DiffLine]]] = []
+        next_old = self.old_start if self.old_count else self.old_start + 1
+        removed: List[DiffLine] = []
+        added: List[DiffLine] = []
+        start = next_old
+        for line in self.lines + [DiffLine(" ", "", None, None)]:  # a sentinel closes the last run
+            if line.kind == " ":
+                if removed or added:
+                    groups.append((start, removed, added))
+                    removed, added = [], []
+                if line.old is not None:
+                    next_old = line.old + 1
+                start = next_old
+            elif line.kind == "-":
+                removed.append(line)
+                next_old = line.old + 1
+            else:
+                added.append(line)
+        return groups
+
+
+@dataclass
+class FileDiff:
+    path: str
+    new_file: bool = False
+    hunks: List[Hunk] = field(default_factory=list)
+
+    def hunks_at(self, old_line: int) -> List[Hunk]:
+        return [h for h in self.hunks if h.covers(old_line)]
+
+
+def parse_patch(text: str) -> List[FileDiff]:
+    files: List[FileDiff] = []
+    hunk: Optional[Hunk] = None
+    old = new = 0
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the patch's final newline
+    for number, line in enumerate(lines, 1):
+        if line.startswith("diff --git "):
+            files.append(FileDiff(path=""))
+            hunk = None
+        elif not files:
+            if line:
+                raise PatchError(f"line {number}: expected 'diff --git', got {line[:40]!r}")
+        elif hunk is None and line.startswith("new file mode"):
+            files[-1].new_file = True
+        elif hunk is None and line.startswith("+++ "):
+            files[-1].path = line[4:][2:] if line[4:].startswith("b/") else line[4:]
+        elif hunk is None and (line.startswith("--- ") or line.startswith("index ")):
+            continue
+        elif line.startswith("@@"):
+            match = HUNK_HEADER.match(line)
+            if not match:
+                raise PatchError(f"line {number}: malformed hunk header {line!r}")
+            a, b, c, d = match.groups()
+            hunk = Hunk(int(a), int(b if b is not None else 1), int(c), int(d if d is not None else 1))
+            files[-1].hunks.append(hunk)
+            old, new = hunk.old_start if hunk.old_count else hunk.old_start + 1, hunk.new_start if hunk.new_count else 1
+        elif hunk is not None and line.startswith("\\"):
+            if hunk.lines:
+                hunk.lines[-1].newline = False
+        elif hunk is not None and line[:1] in (" ", "-", "+"):
+            kind = line[0]
+            hunk.lines.append(DiffLine(kind, line[1:], old if kind != "+" else None, new if kind != "-" else None))
+            old += kind != "+"
+            new += kind != "-"
+        else:
+            raise PatchError(f"line {number}: unexpected line in a diff: {line[:40]!r}")
+    return files

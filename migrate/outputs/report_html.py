@@ -1,0 +1,184 @@
+"""``report.html``: one self-contained review page (inline CSS and JS, no network, works offline).
+
+Rendered from the report.json dict, the parsed ``changes.patch`` and, when given, the JSON of
+``migrate parity --json``: the summary (the same counts as report.json), the parity result, the
+sites that need attention with their plans, then per file its diff with each finding beside the
+line it is about (findings on lines outside the diff are listed above it with their source line).
+Filters by code, action, plan and safety hide and show the findings (``static/report.js``);
+the page is complete without JavaScript.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+from npu_migrate.migrate import __version__
+from npu_migrate.migrate.outputs.codes import catalogue
+from npu_migrate.migrate.outputs.hunks import FileDiff
+from npu_migrate.migrate.outputs.report_json import is_site
+
+STATIC = Path(__file__).resolve().parent / "static"
+NONE = "none"  # the filter value of a finding without a plan or a safety
+
+
+def _e(value) -> str:
+    return escape(str(value if value is not None else ""), quote=True)
+
+
+def _asset(name: str) -> str:
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+def _action(f: dict) -> str:
+    return f["action"] if is_site(f) else "error"
+
+
+def _plan(f: dict) -> str:
+    return f["fallback"]["plan"] if f["fallback"] else NONE
+
+
+def _facets(f: dict) -> Dict[str, str]:
+    return {"code": f["code"], "action": _action(f), "plan": _plan(f), "safety": f["safety"] or NONE}
+
+
+def _finding(f: dict, summaries: Dict[str, str], tag: str = "div") -> str:
+    facets = _facets(f)
+    data = " ".join(f'data-{k}="{_e(v)}"' for k, v in facets.items()) + f' data-id="{f["_id"]}"'
+    parts = [f'<span class="code" title="{_e(summaries.get(f["code"], ""))}">{_e(f["code"])}</span>',
+             f'<span class="action {facets["action"]}">{_e(facets["action"])}</span>']
+    if f["safety"]:
+        parts.append(f'<span class="safety {_e(f["safety"])}">{_e(f["safety"])}</span>')
+    parts.append(f'<span class="where">{_e(f["path"])}:{f["line"]}:{f["col"]}</span>')
+    parts.append(f'<span class="message">{_e(f["message"])}</span>')
+    if f["fallback"]:
+        parts.append(f'<div class="plan"><b>plan: {_e(f["fallback"]["plan"])}</b> {_e(f["fallback"]["detail"])}</div>')
+    return f'<{tag} class="finding" {data}>{" ".join(parts)}</{tag}>'
+
+
+def _summary(s: dict, parity: Optional[dict]) -> str:
+    safety = s["rewrites_by_safety"]
+    cards = [
+        ("Python files scanned", s["files_scanned"], ""), ("changed", s["files_changed"], ""),
+        ("unchanged", s["files_unchanged"], ""), ("skipped (nothing to migrate)", s["files_skipped"], ""),
+        ("with errors", s["files_errored"], "bad" if s["files_errored"] else ""),
+        ("other files copied", s["files_other"], ""),
+        ("sites rewritten", s["sites_rewritten"], ""), ("safe", safety["safe"], "ok"),
+        ("numerics-changing", safety["numerics-changing"], "warn"),
+        ("need attention", s["sites_reported"], "warn" if s["sites_reported"] else ""),
+        ("suppressed", s["sites_suppressed"], ""),
+    ]
+    if parity is not None:
+        cards.append(("parity", "PASS" if parity.get("passed") else "FAIL", "ok" if parity.get("passed") else "bad"))
+    items = "".join(f'<div class="card {cls}" data-card="{_e(label)}"><div class="value">{_e(value)}</div>'
+                    f'<div class="label">{_e(label)}</div></div>' for label, value, cls in cards)
+    return f'<section id="summary"><h2>Summary</h2><div class="cards">{items}</div></section>'
+
+
+def _filters(findings: List[dict], summaries: Dict[str, str]) -> str:
+    groups = []
+    for facet in ("code", "action", "plan", "safety"):
+        counts = Counter(_facets(f)[facet] for f in findings)
+        boxes = "".join(
+            f'<label title="{_e(summaries.get(value, "") if facet == "code" else "")}">'
+            f'<input type="checkbox" data-facet="{facet}" value="{_e(value)}" checked> {_e(value)} '
+            f'<span class="count">{n}</span></label>' for value, n in sorted(counts.items()))
+        groups.append(f'<fieldset data-group="{facet}"><legend>{facet}</legend>{boxes}</fieldset>')
+    shown = f'<p id="shown"><span id="shown-count">{len(findings)}</span> of {len(findings)} findings shown</p>'
+    return f'<section id="filters"><h2>Filters</h2>{"".join(groups)}{shown}</section>'
+
+
+def _attention(findings: List[dict], summaries: Dict[str, str]) -> str:
+    rows = [f for f in findings if _action(f) in ("reported", "error")]
+    if not rows:
+        return ""
+    body = "".join(_finding(f, summaries) for f in rows)
+    return f'<section id="attention"><h2>Needs attention ({len(rows)})</h2>{body}</section>'
+
+
+def _diff_rows(diff: FileDiff, at_line: Dict[int, List[dict]], summaries: Dict[str, str]) -> str:
+    rows = []
+    for hunk in diff.hunks:
+        rows.append(f'<tr class="hunk"><td colspan="4">{_e(hunk.header)}</td></tr>')
+        for line in hunk.lines:
+            notes = at_line.pop(line.old, []) if line.old is not None and line.kind != "+" else []
+            cls = {"-": "del", "+": "add", " ": "ctx"}[line.kind]
+            rows.append(f'<tr class="{cls}"><td class="ln">{line.old or ""}</td><td class="ln">{line.new or ""}</td>'
+                        f'<td class="src"><code>{_e(line.kind + line.text)}</code></td>'
+                        f'<td class="notes">{"".join(_finding(f, summaries) for f in notes)}</td></tr>')
+    cols = '<colgroup><col class="ln"><col class="ln"><col class="src"><col class="notes"></colgroup>'
+    return f'<table class="diff">{cols}{"".join(rows)}</table>'
+
+
+def _file(path: str, status: str, diff: Optional[FileDiff], findings: List[dict], summaries: Dict[str, str]) -> str:
+    at_line: Dict[int, List[dict]] = {}
+    for f in findings:
+        at_line.setdefault(f["line"], []).append(f)
+    table = _diff_rows(diff, at_line, summaries) if diff else ""
+    outside = [f for line in sorted(at_line) for f in at_line[line]]  # the findings no diff line took
+    listed = "".join(f'<li>{_finding(f, summaries, "div")}'
+                     + (f'<pre class="snippet">{f["line"]}: {_e(f["snippet"])}</pre>' if f["snippet"] else "")
+                     + "</li>" for f in outside)
+    sites = f'<ul class="sites">{listed}</ul>' if listed else ""
+    label = "new file" if diff is not None and diff.new_file else status
+    return (f'<details class="file" open data-path="{_e(path)}" data-findings="{len(findings)}">'
+            f'<summary><code>{_e(path)}</code> <span class="status">{_e(label)}</span> '
+            f'<span class="count">{len(findings)} findings</span></summary>{sites}{table}</details>')
+
+
+def _files(files: List[dict], findings: List[dict], diffs: Iterable[FileDiff], summaries: Dict[str, str]) -> str:
+    by_path: Dict[str, List[dict]] = {}
+    for f in findings:
+        by_path.setdefault(f["path"], []).append(f)
+    diff_of = {d.path: d for d in diffs}
+    status = {r["path"]: r["status"] for r in files}
+    paths = sorted(set(by_path) | set(diff_of))
+    body = "".join(_file(p, status.get(p, "changed"), diff_of.get(p), by_path.get(p, []), summaries) for p in paths)
+    return f'<section id="files"><h2>Files ({len(paths)})</h2>{body}</section>'
+
+
+def _metric(tensors: List[dict]) -> str:
+    if not tensors:
+        return "-"
+    ok = sum(1 for t in tensors if t.get("passed"))
+    cosines = [t["cosine"] for t in tensors if t.get("cosine") is not None]
+    worst = f", cos {min(cosines):.6f}" if cosines else ""
+    abs_errs = [t["max_abs_err"] for t in tensors if t.get("max_abs_err") is not None]
+    return f"{ok}/{len(tensors)} ok{worst}" + (f", abs {max(abs_errs):.1e}" if abs_errs else "")
+
+
+def _parity(parity: Optional[dict]) -> str:
+    if parity is None:
+        return ""
+    rows = []
+    for case in parity.get("cases", []):
+        divergent = case.get("first_divergent_module") or {}
+        fallback = ", ".join(f"{op} x{n}" for op, n in (case.get("op_coverage", {}).get("fallback_ops") or {}).items())
+        problems = "; ".join([*case.get("errors", []), *case.get("weight_problems", [])])
+        verdict = "PASS" if case.get("passed") else "FAIL"
+        rows.append(f'<tr class="{verdict.lower()}"><td>{_e(case.get("name"))}</td><td>{_e(case.get("dtype"))}</td>'
+                    f'<td class="verdict">{verdict}</td><td>{_e(_metric(case.get("outputs", [])))}</td>'
+                    f'<td>{_e(_metric(case.get("gradients", [])))}</td><td>{_e(divergent.get("module", "-"))}</td>'
+                    f'<td>{_e(fallback or "none")}</td><td>{_e(problems)}</td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("case", "dtype", "result", "outputs", "gradients",
+                                             "first divergent module", "CPU fallback ops", "problems"))
+    verdict = "passed" if parity.get("passed") else "FAILED"
+    return (f'<section id="parity"><h2>Parity: {verdict}</h2><p>original <code>{_e(parity.get("original"))}</code> '
+            f'vs migrated <code>{_e(parity.get("migrated"))}</code>, backing {_e(parity.get("backing"))}</p>'
+            f'<table class="parity"><tr>{head}</tr>{"".join(rows)}</table></section>')
+
+
+def render(report: dict, diffs: Iterable[FileDiff] = (), parity: Optional[dict] = None) -> str:
+    summaries = {code: info.summary for code, info in catalogue().items()}
+    findings = [dict(f, _id=i) for i, f in enumerate(report["findings"])]  # a finding shows up to twice
+    body = "".join([_summary(report["summary"], parity), _parity(parity), _filters(findings, summaries),
+                    _attention(findings, summaries), _files(report["files"], findings, diffs, summaries)])
+    return ("<!DOCTYPE html>\n"
+            '<html lang="en"><head><meta charset="utf-8">'
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+            f"<title>npu-migrate review</title><style>{_asset('report.css')}</style></head>"
+            f'<body><header><h1>Migration to Ascend NPU</h1><p class="tool">npu-migrate {_e(__version__)}</p></header>'
+            f"<main>{body}</main><script>{_asset('report.js')}</script></body></html>\n")

@@ -1,0 +1,201 @@
+"""``report.sarif``: the run as SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
+
+One run. ``tool.driver.rules`` holds every known code (``codes.catalogue()``: id, name, short and
+full description, the doc page as help, default level); each finding is a result:
+
+- ``level``: ``error`` for the tool's file errors, ``warning`` for a site that needs attention,
+  ``note`` for a site npu-migrate rewrites; a suppressed site carries an ``inSource`` suppression.
+- one location: the file relative to ``%SRCROOT%`` (``originalUriBaseIds``), a 1-based region.
+  ``%SRCROOT%`` is PATH, or the top of the git work tree that holds PATH, because GitHub reads
+  every relative URI from the repository's root (it ignores ``originalUriBaseIds``).
+- ``partialFingerprints``: a hash of the code, the path, the site's normalized source line and its
+  occurrence index among equal sites, so an alert survives lines moving above it.
+- ``fixes`` for a rewritten site: the replacements of the diff hunk(s) that hold its line, cut
+  from ``changes.patch`` (character offsets into the original file).
+- ``properties``: action, safety, plan (and api/target).
+
+GitHub's limits: at most 25,000 results a run (more are dropped, least severe first, and the run
+says how many), 1 location a result, at most 20 tags a rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Tuple
+from urllib.parse import quote
+
+from npu_migrate.migrate import __version__
+from npu_migrate.migrate.discovery import git_toplevel
+from npu_migrate.migrate.outputs.codes import ERROR, NOTE, WARNING, CodeInfo, catalogue
+from npu_migrate.migrate.outputs.hunks import FileDiff, Hunk
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+SRCROOT = "%SRCROOT%"
+FINGERPRINT = "npuMigrateSite/v1"
+MAX_RESULTS = 25_000  # GitHub code scanning rejects a run with more
+LEVEL_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
+
+
+def _level(finding: dict, info: Optional[CodeInfo]) -> str:
+    if info is not None and info.level == ERROR:
+        return ERROR
+    return NOTE if finding["action"] == "rewritten" else WARNING
+
+
+def _rule(info: CodeInfo) -> dict:
+    family = {"NPU0": "tool", "NPU1": "unsupported", "NPU2": "device", "NPU3": "fused"}.get(info.code[:4], "other")
+    page = info.page or f"# {info.code}: {info.summary}\n"
+    return {
+        "id": info.code,
+        "name": info.name,
+        "shortDescription": {"text": info.summary},
+        "fullDescription": {"text": info.description},
+        "help": {"text": page, "markdown": page},
+        "defaultConfiguration": {"level": info.level},
+        "properties": {"tags": ["npu-migrate", family]},
+    }
+
+
+def normalized(snippet: Optional[str]) -> str:
+    return " ".join((snippet or "").split())
+
+
+def fingerprints(findings: List[dict]) -> List[str]:
+    """One stable hash per finding: code, path, normalized source line and occurrence index."""
+    seen: Counter = Counter()
+    out = []
+    for f in findings:
+        key = (f["code"], f["path"], normalized(f["snippet"]))
+        index = seen[key]
+        seen[key] += 1
+        out.append(hashlib.sha256("\0".join([*key, str(index)]).encode("utf-8", "surrogateescape")).hexdigest()[:32])
+    return out
+
+
+def _offsets(text: str) -> List[int]:
+    """Character offset of the start of each line (1-based line n at index n - 1), plus the end."""
+    starts, total = [], 0
+    for line in text.split("\n"):
+        starts.append(total)
+        total += len(line) + 1
+    starts.append(total - 1)  # the end of the text (no newline after the last line)
+    return starts
+
+
+def _own_changes(line: int, hunks: List[Hunk]) -> List[Tuple[int, list, list]]:
+    """The runs of changed lines that belong to the site on ``line``: those that replace it, else an
+    insertion right below it (a guard added in front of a body), else every run of its hunk(s)."""
+    groups = [group for hunk in hunks for group in hunk.changes()]
+    own = [g for g in groups if g[0] <= line < g[0] + max(len(g[1]), 1)]
+    return own or [g for g in groups if not g[1] and g[0] == line + 1] or groups
+
+
+def _fix(finding: dict, diff: Optional[FileDiff], original: Optional[str], uri: dict) -> Optional[dict]:
+    """The replacements (character offsets into the original) that make the site's rewrite."""
+    if diff is None or original is None or not finding["line"]:
+        return None
+    groups = _own_changes(finding["line"], diff.hunks_at(finding["line"]))
+    if not groups:
+        return None
+    starts = _offsets(original)
+    replacements = []
+    for first, removed, added in groups:
+        begin = starts[min(first - 1, len(starts) - 1)]
+        end = starts[min(first - 1 + len(removed), len(starts) - 1)]
+        text = "".join(line.text + ("\n" if line.newline else "") for line in added)
+        replacements.append({"deletedRegion": {"charOffset": begin, "charLength": end - begin},
+                             "insertedContent": {"text": text}})
+    lines = sorted({first for first, _, _ in groups})
+    return {"description": {"text": f"npu-migrate's rewrite at line{'s' if len(lines) > 1 else ''} "
+                                    f"{', '.join(map(str, lines))} (changes.patch holds every change of the file)"},
+            "artifactChanges": [{"artifactLocation": uri, "replacements": replacements}]}
+
+
+def _result(finding: dict, codes: Mapping[str, CodeInfo], rule_index: Dict[str, int], fingerprint: str,
+            diffs: Mapping[str, FileDiff], originals: Mapping[str, str]) -> dict:
+    info = codes.get(finding["code"])
+    uri = {"uri": _uri(finding["path"]), "uriBaseId": SRCROOT}
+    region = {"startLine": max(finding["line"], 1)}
+    if finding["line"]:
+        region["startColumn"] = finding["col"] + 1
+    if finding["snippet"]:
+        region["snippet"] = {"text": finding["snippet"]}
+    message = finding["message"]
+    fallback = finding["fallback"]
+    if fallback:
+        message = f"{message.rstrip('.')}. Plan ({fallback['plan']}): {fallback['detail']}"
+    properties = {"action": finding["action"], "safety": finding["safety"],
+                  "plan": fallback["plan"] if fallback else None, "api": finding["api"], "target": finding["target"]}
+    result = {
+        "ruleId": finding["code"],
+        "level": _level(finding, info),
+        "message": {"text": message},
+        "locations": [{"physicalLocation": {"artifactLocation": uri, "region": region}}],
+        "partialFingerprints": {FINGERPRINT: fingerprint},
+        "properties": properties,
+    }
+    if finding["code"] in rule_index:
+        result["ruleIndex"] = rule_index[finding["code"]]
+    if finding["action"] == "rewritten":
+        fix = _fix(finding, diffs.get(finding["path"]), originals.get(finding["path"]), uri)
+        if fix:
+            result["fixes"] = [fix]
+    if finding["action"] == "suppressed":
+        result["suppressions"] = [{"kind": "inSource", "justification": "# npu-migrate: ignore comment at the site"}]
+    return result
+
+
+def _uri(path: str) -> str:
+    return quote(path, safe="/", errors="surrogateescape")
+
+
+def source_root(root: Path) -> Tuple[Path, str]:
+    """(%SRCROOT% directory, PATH relative to it as a URI prefix: "" or "sub/dir/")."""
+    root = Path(root).resolve()
+    top = git_toplevel(root)
+    top = top.resolve() if top is not None else root
+    if top == root or top not in root.parents:
+        return root, ""
+    return top, root.relative_to(top).as_posix() + "/"
+
+
+def build(report: dict, root: Path, diffs: Optional[Mapping[str, FileDiff]] = None,
+          originals: Optional[Mapping[str, str]] = None) -> dict:
+    """The SARIF log of ``report`` (the report.json dict); ``diffs`` (parsed changes.patch) and
+    ``originals`` (the changed files' original text), by path relative to PATH, give the fixes."""
+    codes = catalogue()
+    rules = [_rule(info) for info in codes.values()]
+    rule_index = {rule["id"]: i for i, rule in enumerate(rules)}
+    base, prefix = source_root(root)
+    findings = [dict(f, path=prefix + f["path"]) for f in report["findings"]]
+    prints = fingerprints(findings)
+    diffs = {prefix + path: diff for path, diff in (diffs or {}).items()}
+    originals = {prefix + path: text for path, text in (originals or {}).items()}
+    results = [_result(f, codes, rule_index, fp, diffs, originals) for f, fp in zip(findings, prints)]
+    dropped = max(0, len(results) - MAX_RESULTS)
+    if dropped:
+        results = sorted(results, key=lambda r: LEVEL_ORDER[r["level"]])[:MAX_RESULTS]
+    invocation = {"executionSuccessful": report["summary"]["files_errored"] == 0}
+    if dropped:
+        invocation["toolExecutionNotifications"] = [{
+            "level": "warning",
+            "message": {"text": f"{dropped} results left out (GitHub accepts at most {MAX_RESULTS} a run; "
+                                "the least severe went first); report.json lists every site"}}]
+    run = {
+        "tool": {"driver": {"name": "npu-migrate", "version": __version__, "semanticVersion": __version__,
+                            "rules": rules}},
+        "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri() + "/"}},
+        "invocations": [invocation],
+        "columnKind": "unicodeCodePoints",
+        "results": results,
+        "properties": {"summary": report["summary"], "resultsLeftOut": dropped},
+    }
+    return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def render(report: dict, root: Path, diffs: Optional[Mapping[str, FileDiff]] = None,
+           originals: Optional[Mapping[str, str]] = None) -> str:
+    return json.dumps(build(report, root, diffs, originals), indent=2) + "\n"
