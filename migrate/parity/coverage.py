@@ -179,12 +179,15 @@ class OpTrace(TorchDispatchMode):
 
         return fused
 
-    @contextmanager
-    def recording(self):
-        """Trace the block with fresh counts."""
+    def reset(self) -> None:
         for counts in (self.fallback, self.float64, self.fused, self.higher_order):
             counts.clear()
         self.raised = None
+
+    @contextmanager
+    def recording(self):
+        """Trace the block with fresh counts."""
+        self.reset()
         with self:
             yield self
 
