@@ -29,6 +29,8 @@ import torch
 HF_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin")
 WRAPPER_KEYS = ("state_dict", "model", "module")
 LISTED = 5  # names listed per kind of problem
+HF_HINT = (" (the names are loaded as saved: a layout that transformers' from_pretrained converts on load,"
+           " such as per-expert MoE weights, does not fit the model's own state_dict)")
 
 
 class CheckpointError(Exception):
@@ -116,6 +118,7 @@ def load_strictly(model: torch.nn.Module, state: Dict[str, torch.Tensor], source
                 for what, keys in (("missing in the checkpoint", missing), ("not in the model", unexpected),
                                    ("shape mismatch", shapes)) if keys]
     if problems:
-        raise CheckpointError(f"the weights {source} do not fit the original model: " + "; ".join(problems))
+        hint = HF_HINT if unexpected and (Path(source) / "config.json").is_file() else ""
+        raise CheckpointError(f"the weights {source} do not fit the original model: " + "; ".join(problems) + hint)
     with torch.no_grad():
         model.load_state_dict(state, strict=False)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from npu_migrate.migrate.parity.coverage import OpTrace, exception_chain
+from npu_migrate.migrate.parity.resolve import inside
 
 SETUP, UNSUPPORTED, ERROR = "setup", "not supported", "error"
 RAISED = "raised"  # a case verdict: the migrated model raised in its forward or training step
@@ -106,16 +107,6 @@ def _innermost_frame(exc: BaseException, tree: Path) -> Optional[str]:
     if not frames:
         return None
     tree = tree.resolve()
-    own = [f for f in frames if _under(Path(f.filename), tree)]
+    own = [f for f in frames if inside(Path(f.filename).resolve(), tree)]
     frame = (own or frames)[-1]
-    path = Path(frame.filename)
-    shown = path.resolve().relative_to(tree) if _under(path, tree) else path
-    return f"{shown}:{frame.lineno} in {frame.name}"
-
-
-def _under(path: Path, tree: Path) -> bool:
-    try:
-        path.resolve().relative_to(tree)
-        return True
-    except (ValueError, OSError):
-        return False
+    return f"{Path(frame.filename).resolve().relative_to(tree) if own else frame.filename}:{frame.lineno} in {frame.name}"

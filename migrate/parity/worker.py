@@ -48,8 +48,10 @@ def activate(side: str, backing: str, trace: Optional[OpTrace]) -> None:
             from npu_migrate.kernels.registry import load_all
 
             for name in load_all():
-                if hasattr(torch_npu, name):
-                    setattr(torch_npu, name, trace.wrap_fused(name, getattr(torch_npu, name)))
+                fn = getattr(torch_npu, name, None)
+                # a dispatcher op (torch.ops.npu.*) is counted where it dispatches: no wrapper
+                if fn is not None and not isinstance(fn, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+                    setattr(torch_npu, name, trace.wrap_fused(name, fn))
     else:
         kernels.activate_cuda(backing)
 

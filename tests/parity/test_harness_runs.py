@@ -118,6 +118,17 @@ def test_strict_loading_allows_tied_weights_and_names_misfits(tmp_path):
         load_strictly(untied, {"weight": torch.ones(4, 3)}, tmp_path)
 
 
+def test_sharded_checkpoint_directory(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.ones(2)}, str(tmp_path / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.zeros(3)}, str(tmp_path / "model-00002-of-00002.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    state = read_checkpoint(tmp_path)
+    assert sorted(state) == ["a", "b"] and torch.equal(state["b"], torch.zeros(3))
+
+
 def test_checkpoint_files_that_hold_no_weights_are_refused(tmp_path):
     torch.save({"epoch": 3, "lr": 0.1}, tmp_path / "no-state.pt")
     with pytest.raises(CheckpointError, match="holds no state_dict"):

@@ -106,6 +106,9 @@ def test_correct_migration_passes_in_float32_bfloat16_and_training(correct_run):
     assert {g["name"] for g in train["gradients"]} >= {"loss", "embed_tokens.weight", "layers.0.mlp.up_proj.weight"}
     assert all(g["passed"] for g in train["gradients"]) and train["after_step"][0]["passed"]
     assert "3/3 case(s) passed" in result.stderr
+    # the table names the fused kernels that ran and, in a non-terminal, is not squashed to 80 columns
+    assert "fused NPU kernels" in result.stderr and "npu_fusion_attention x2" in result.stderr
+    assert max(len(line) for line in result.stderr.splitlines()) > 120
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
