@@ -47,6 +47,19 @@ TORCH_DEVICE_FUNCTIONS = (
 )
 TENSOR_DEVICE_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
 
+# What inductor (torch.compile's default backend) reads from ``torch.cuda.get_device_properties``
+# once ``torch.cuda.is_available()`` says yes, as it does under ``emulate_cuda``: the values of an
+# A100 (the capability 8.0 the emulated CUDA device reports). A CPU build of torch has no
+# ``torch.version.cuda``, so inductor takes the ROCm branch and keys its cache on ``gcnArchName``
+# (set to the device's name). Tensors live on the backing device, so inductor generates code for
+# it; these values only feed cache keys and heuristics, never a kernel.
+EMULATED_CUDA_PROPERTIES = {
+    "multi_processor_count": 108, "warp_size": 32, "max_threads_per_multi_processor": 2048,
+    "max_threads_per_block": 1024, "regs_per_multiprocessor": 65536, "shared_memory_per_block": 49152,
+    "shared_memory_per_block_optin": 166912, "shared_memory_per_multiprocessor": 167936,
+    "L2_cache_size": 41943040, "is_integrated": False, "is_multi_gpu_board": False,
+}
+
 
 # --------------------------------------------------------------------------- patch mechanism
 
@@ -275,12 +288,33 @@ def torch_patches(dmap: DeviceMap, device_module: Any) -> List[Patch]:
         Patch(torch, n, wrap())
         for n in ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype")
     ]
+    if dmap.name == "cuda":  # what inductor reads of the device (device_module's own answer, completed)
+        patches.append(cuda_properties_patch())
     if not dmap.parses_natively():  # "npu": torch cannot parse it, so torch.device itself is stood in for
         patches += [
             replace(torch, "device", device_class(dmap)),
             Patch(torch, "get_device_module", lambda o: _get_device_module(o, dmap, device_module)),
         ]
     return patches
+
+
+def cuda_properties_patch() -> Patch:
+    """``torch.cuda.get_device_properties`` of the emulated CUDA device with every attribute
+    inductor reads (``EMULATED_CUDA_PROPERTIES``, ``gcnArchName``, ``uuid``), so that
+    ``torch.compile`` and FlexAttention work on original CUDA code run under ``emulate_cuda``."""
+
+    def make(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def get_device_properties(device: Any = None) -> Any:
+            props = original(device)
+            for name, value in {**EMULATED_CUDA_PROPERTIES, "gcnArchName": props.name, "uuid": props.name}.items():
+                if not hasattr(props, name):
+                    setattr(props, name, value)
+            return props
+
+        return get_device_properties
+
+    return Patch(torch.cuda, "get_device_properties", make)
 
 
 def tensor_method_patches(dmap: DeviceMap) -> List[Patch]:

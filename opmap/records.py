@@ -7,6 +7,7 @@ what the API becomes on an NPU and, when it cannot simply be migrated, the fallb
 
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,15 @@ from typing import Dict, Optional, Tuple
 
 import yaml
 
-from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, mapping_items, plain
+from npu_migrate.opmap.yaml_source import (
+    SchemaError,
+    check_keys,
+    dotted_name_problem,
+    line_of,
+    mapping_items,
+    number_problem,
+    plain,
+)
 
 STATUSES = ("native", "rename", "fused", "fallback", "unsupported")
 PLANS = ("cpu", "composite", "custom-kernel", "replace-library", "manual")
@@ -81,8 +90,9 @@ def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
         numbers = {}
         for name in ("rtol", "atol"):
             value = plain(keys[name])
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise SchemaError(path, line_of(keys[name]), f"tolerance.{dtype}.{name} must be a non-negative number")
+            problem = "must be a number" if isinstance(value, str) else number_problem(value, minimum=0)
+            if problem:
+                raise SchemaError(path, line_of(keys[name]), f"tolerance.{dtype}.{name} {problem} (a non-negative number)")
             numbers[name] = float(value)
         result[dtype] = Tolerance(numbers["rtol"], numbers["atol"], _str(path, keys["reason"], f"tolerance.{dtype}.reason"))
     return result
@@ -104,6 +114,9 @@ def parse_record(path: Path, node: yaml.Node) -> OpRecord:
     if status != "native" and code is None:
         raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a diagnostic code")
     target = _str(path, keys["target"], "target") if "target" in keys else None
+    problem = dotted_name_problem(target) if target is not None else None
+    if problem:  # the target is copied into migrated code: a name, never an expression
+        raise SchemaError(path, line_of(keys["target"]), f"{where}: target {problem}")
     if status in ("rename", "fused") and target is None:
         raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a target")
     fallback = _fallback(path, keys["fallback"]) if "fallback" in keys else None
@@ -113,6 +126,9 @@ def parse_record(path: Path, node: yaml.Node) -> OpRecord:
     if "args" in keys:
         for name, key_node, value_node in mapping_items(path, keys["args"], "args"):
             args[name] = _str(path, value_node, f"args.{name}")
+            bad = next((n for n in (name, args[name]) if not n.isidentifier() or keyword.iskeyword(n)), None)
+            if bad is not None:
+                raise SchemaError(path, line_of(key_node), f"{where}: args.{name}: {bad!r} is not an argument name")
     preconditions = ()
     if "preconditions" in keys:
         value = plain(keys["preconditions"])

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import yaml
 
 from npu_migrate.opmap.records import OpRecord, parse_record
-from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of
+from npu_migrate.opmap.yaml_source import SchemaError, check_keys, compose, line_of
 
 BUILTIN_DIR = Path(__file__).parent
 
@@ -27,14 +27,8 @@ def load_file(path: Path) -> List[OpRecord]:
     root = compose(path)
     if root is None:
         return []
-    if isinstance(root, yaml.MappingNode):
-        entries = {k.value: v for k, v in root.value}
-        unknown = [k for k in root.value if k[0].value != "records"]
-        if unknown:
-            raise SchemaError(path, line_of(unknown[0][0]), f"unknown top-level key {unknown[0][0].value!r} (expected 'records')")
-        root = entries.get("records")
-        if root is None:
-            raise SchemaError(path, 1, "missing 'records' list")
+    if isinstance(root, yaml.MappingNode):  # a repeated ``records:`` is refused by compose()
+        root = check_keys(path, root, {"records"}, ("records",), "the op table file")["records"]
     if not isinstance(root, yaml.SequenceNode):
         raise SchemaError(path, line_of(root), "an op table file is a list of records")
     records, seen = [], {}

@@ -8,11 +8,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.console import console
 from npu_migrate.migrate.outputs.atomic import write_atomic
+
+
+MAX_LOG_WIDTH = 240  # columns of the report when stderr is not a terminal
 
 
 class Backing(str, Enum):
@@ -28,7 +32,12 @@ def parity(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON to this file."),
     backing: Backing = typer.Option(Backing.cpu, "--backing", help="Device the emulated NPU computes on."),
 ) -> None:
-    """Run the original and the migrated model side by side and compare outputs and gradients."""
+    """Run the original and the migrated model side by side and compare outputs and gradients.
+
+    Exit code: 0 when every case passes, 64 when one does not (it diverged, the migrated model
+    raised, or the emulation cannot run it), plus 32 when a case could not be set up (a spec
+    reference, tree or checkpoint problem, or an original model that does not run) or the spec is
+    invalid (32 alone)."""
     raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out))
 
 
@@ -45,7 +54,17 @@ def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path],
         for problem in error.problems:
             console.print(problem, markup=False, soft_wrap=True)
         return exitcodes.CONFIG_ERROR
-    console.print(render(report))
+    renderable = render(report)
+    out = console if console.is_terminal else Console(stderr=True, highlight=False, width=log_width(renderable))
+    out.print(renderable)
     if json_out is not None:
         write_atomic(json_out, (json.dumps(report.to_json(), indent=2) + "\n").encode())
-    return exitcodes.OK if report.passed else exitcodes.PARITY_FAILED
+    code = exitcodes.OK if report.passed else exitcodes.PARITY_FAILED
+    return code | (exitcodes.CONFIG_ERROR if report.setup_failed else 0)
+
+
+def log_width(renderable) -> int:
+    """The width the report needs in a log or a pipe, where Rich would squash it into 80 columns
+    (between the console's width and ``MAX_LOG_WIDTH``)."""
+    needed = console.measure(renderable, options=console.options.update_width(MAX_LOG_WIDTH)).maximum
+    return max(console.width, min(needed, MAX_LOG_WIDTH))

@@ -5,15 +5,21 @@ Calls are recorded when they finish (forward hooks), so a module comes after eve
 called: the first divergent call in that order is the innermost one. A call is identified by the
 module's qualified name and how many times that module had been called before, so modules that
 run several times (a shared norm, a loop over layers) line up across the two sides.
+
+A forward that raises is localised the same way: the hooks also run when a forward raises
+(``always_call``), innermost module first, so the first module whose forward raised the error
+that escaped the model (or one it was raised from) is where it happened.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from npu_migrate.migrate.parity.coverage import exception_chain
 from npu_migrate.migrate.parity.criteria import Criteria
 from npu_migrate.migrate.parity.metrics import Metrics, compare
 from npu_migrate.migrate.parity.outputs import flatten
@@ -23,23 +29,26 @@ NEIGHBOURS = 2  # calls listed on each side of the first divergent one
 
 
 class ModuleRecorder:
-    """Forward hooks on every module; ``calls`` lists ``{module, call, inputs, outputs}`` dicts."""
+    """Forward hooks on every module; ``calls`` lists ``{module, call, inputs, outputs}`` dicts
+    (only with ``keep_tensors``), ``raised`` the ``(module, call, error)`` of forwards that raised."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, keep_tensors: bool = True):
         self.calls: List[dict] = []
+        self.raised: List[Tuple[str, int, BaseException]] = []
+        self._keep = keep_tensors
         self._counts: Dict[str, int] = {}
         self._pending: Dict[str, List[dict]] = {}  # per module, a stack (a module may recurse)
         self._handles = []
         for name, module in model.named_modules():
             name = name or ROOT
             self._handles.append(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._post(name), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post(name), with_kwargs=True, always_call=True))
 
     def _pre(self, name: str):
         def hook(module, args, kwargs):
             call = self._counts.get(name, 0)
             self._counts[name] = call + 1
-            inputs = list(flatten(args).values()) + list(flatten(kwargs).values())
+            inputs = list(flatten(args).values()) + list(flatten(kwargs).values()) if self._keep else []
             self._pending.setdefault(name, []).append({"module": name, "call": call, "inputs": inputs})
 
         return hook
@@ -47,10 +56,24 @@ class ModuleRecorder:
     def _post(self, name: str):
         def hook(module, args, kwargs, output):
             record = self._pending[name].pop()
-            record["outputs"] = flatten(output)
-            self.calls.append(record)
+            error = sys.exc_info()[1]
+            if output is None and error is not None:  # called because the forward raised
+                self.raised.append((name, record["call"], error))
+            elif self._keep:
+                record["outputs"] = flatten(output)
+                self.calls.append(record)
 
         return hook
+
+    def raised_in(self, error: BaseException) -> Optional[Tuple[str, int]]:
+        """``(module, call)`` of the innermost forward that raised ``error`` (or an error it was
+        raised from or while handling); None when no module's forward did."""
+        chain = [id(e) for e in exception_chain(error)]
+        for rank in range(len(chain)):  # the innermost cause first
+            for module, call, raised in self.raised:
+                if id(raised) == chain[-1 - rank]:
+                    return module, call
+        return None
 
     def remove(self) -> None:
         for handle in self._handles:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from npu_migrate.migrate.parity.criteria import Criteria
+from npu_migrate.migrate.parity.failures import ERROR, SETUP
 from npu_migrate.migrate.parity.localise import Localisation
 from npu_migrate.migrate.parity.metrics import Metrics
 
@@ -24,6 +25,7 @@ class TensorResult:
     name: str
     metrics: Optional[Metrics]
     failure: Optional[str] = None  # why it fails; None when it passes
+    dtype: Optional[str] = None  # the original side's dtype (under AMP: what autocast produced)
 
     @property
     def passed(self) -> bool:
@@ -35,6 +37,7 @@ class TensorResult:
             "name": self.name,
             "passed": self.passed,
             "failure": self.failure,
+            "dtype": self.dtype,
             **(self.metrics.to_json() if self.metrics else {}),
         }
 
@@ -50,12 +53,23 @@ class CaseResult:
     tensors: List[TensorResult] = field(default_factory=list)
     first_divergent: Optional[Localisation] = None
     coverage: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    failure_kind: Optional[str] = None  # why a side produced no results (parity.failures kinds)
+    raised_in: Optional[Dict[str, Any]] = None  # where a forward raised: side, module, call, op, at, error
 
     @property
     def passed(self) -> bool:
         return not self.errors and not self.weight_problems and bool(self.tensors) and all(
             t.passed for t in self.tensors
         )
+
+    @property
+    def verdict(self) -> str:
+        """passed, diverged, raised (the migrated model raised), error, setup error or not supported."""
+        if self.passed:
+            return "passed"
+        if self.errors:
+            return {SETUP: "setup error"}.get(self.failure_kind or ERROR, self.failure_kind or ERROR)
+        return "diverged"
 
     def of_kind(self, *kinds: str) -> List[TensorResult]:
         return [t for t in self.tensors if t.kind in kinds]
@@ -65,6 +79,7 @@ class CaseResult:
             "name": self.name,
             "dtype": self.dtype,
             "passed": self.passed,
+            "verdict": self.verdict,
             "errors": self.errors,
             "weight_problems": self.weight_problems,
             "criteria": self.criteria.to_json(),
@@ -73,6 +88,7 @@ class CaseResult:
             "gradients": [t.to_json() for t in self.of_kind("loss", "grad")],
             "after_step": [t.to_json() for t in self.of_kind("after_step")],
             "first_divergent_module": self.first_divergent.to_json() if self.first_divergent else None,
+            "raised_in": self.raised_in,
             "op_coverage": self.coverage,
         }
 
@@ -88,6 +104,12 @@ class ParityReport:
     @property
     def passed(self) -> bool:
         return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def setup_failed(self) -> bool:
+        """Some case could not be set up (a spec reference, tree or checkpoint problem, or an
+        original side that does not run)."""
+        return any(c.verdict == "setup error" for c in self.cases)
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -119,10 +141,22 @@ def _ops(counts: Dict[str, int]) -> str:
     return ", ".join(f"{op} x{n}" for op, n in counts.items()) or "none"
 
 
+def _raised(where: Dict[str, Any]) -> str:
+    module = where.get("module") or "(outside every module)"
+    text = f"{module}" + (f" (call {where['call']})" if where.get("call") is not None else "")
+    if where.get("op"):
+        text += f", op {where['op']}"
+    return text
+
+
 def _details(case: CaseResult) -> List[Text]:
     """Lines explaining a failing case."""
-    lines = [Text(f"{case.name} [{case.dtype}]", style="bold red")]
+    lines = [Text(f"{case.name} [{case.dtype}]: {case.verdict}", style="bold red")]
     lines += [Text(f"  {error}") for error in case.errors]
+    if case.raised_in:
+        where = case.raised_in
+        lines.append(Text(f"  raised on the {where['side']} side in {_raised(where)}"
+                          + (f", at {where['at']}" if where.get("at") else "") + f": {where['error']}", style="bold"))
     lines += [Text(f"  weights: {problem}") for problem in case.weight_problems]
     failing = [t for t in case.tensors if not t.passed]
     for t in failing[:MAX_LISTED]:
@@ -152,23 +186,41 @@ def _metrics(m: Optional[Metrics]) -> str:
     )
 
 
+VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), "raised": ("RAISED", "bold red"),
+                 "error": ("ERROR", "bold red"), "setup error": ("SETUP ERROR", "bold red"),
+                 "not supported": ("NOT SUPPORTED", "bold yellow")}
+# column -> (minimum width, wrap): names and figures stay on one line; op lists fold
+COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
+           "gradients": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
+           "CPU fallback ops": (16, True), "float64": (8, True)}
+
+
+def _where(case: CaseResult) -> str:
+    if case.first_divergent:
+        return case.first_divergent.divergent.module
+    if case.raised_in:
+        return f"raised in {_raised(case.raised_in)}"
+    return "-"
+
+
 def render(report: ParityReport) -> Group:
     """The report as a Rich renderable: a summary table, then what went wrong in failing cases."""
     table = Table(title=f"parity: {report.migrated} vs {report.original} (backing {report.backing})")
-    for column in ("case", "dtype", "verdict", "outputs", "gradients", "first divergent module", "CPU fallback ops", "float64"):
-        table.add_column(column, overflow="fold")
+    for column, (width, wrap) in COLUMNS.items():
+        table.add_column(column, min_width=width, no_wrap=not wrap, overflow="fold")
     for case in report.cases:
-        verdict = Text("PASS", style="green") if case.passed else Text("FAIL", style="bold red")
-        divergent = case.first_divergent.divergent.module if case.first_divergent else "-"
+        label, style = VERDICT_STYLE[case.verdict]
+        coverage = case.coverage
         table.add_row(
             case.name,
             case.dtype,
-            verdict,
-            _worst(case.of_kind("output")) if not case.errors else "error",
+            Text(label, style=style),
+            _worst(case.of_kind("output")) if not case.errors else case.verdict,
             _worst(case.of_kind("loss", "grad", "after_step")),
-            divergent,
-            _ops(case.coverage.get("fallback_ops", {})) if case.coverage else "-",
-            _ops(case.coverage.get("float64_ops", {})) if case.coverage else "-",
+            _where(case),
+            _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
+            _ops(coverage.get("fallback_ops", {})) if coverage else "-",
+            _ops(coverage.get("float64_ops", {})) if coverage else "-",
         )
     parts: List[Any] = [table]
     for case in report.cases:

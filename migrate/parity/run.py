@@ -27,12 +27,12 @@ def default_migrated(original: Path) -> Path:
 class _Worker:
     """One side's worker process; its result is read once it has exited."""
 
-    def __init__(self, side: str, tree: Path, spec: Path, backing: str, tmp: Path):
+    def __init__(self, side: str, tree: Path, other_tree: Path, spec: Path, backing: str, tmp: Path):
         self.side = side
         self.result_path = tmp / f"{side}.pt"
         request = tmp / f"{side}.json"
         request.write_text(json.dumps({
-            "side": side, "tree": str(tree), "spec": str(spec), "backing": backing,
+            "side": side, "tree": str(tree), "other_tree": str(other_tree), "spec": str(spec), "backing": backing,
             "result": str(self.result_path),
         }))
         env = dict(os.environ)
@@ -65,8 +65,8 @@ def run_parity(spec: Path, original: Optional[Path] = None, migrated: Optional[P
 
     with tempfile.TemporaryDirectory(prefix="migrate-parity-") as tmp:
         notify("running the original and the migrated model")
-        original_worker = _Worker("original", original, spec, backing, Path(tmp))
-        migrated_worker = _Worker("migrated", migrated, spec, backing, Path(tmp))
+        original_worker = _Worker("original", original, migrated, spec, backing, Path(tmp))
+        migrated_worker = _Worker("migrated", migrated, original, spec, backing, Path(tmp))
         original_results = original_worker.finish()
         handover = "" if "fatal" in original_results else str(original_worker.result_path)
         migrated_results = migrated_worker.finish(handover + "\n")

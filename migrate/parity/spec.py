@@ -1,11 +1,13 @@
 """The parity spec: YAML loading and validation, every problem reported as ``file:line: problem``.
 
-Validation walks the YAML node tree (not the loaded values) so each problem carries the line of
-the node it is about.
+The file is read by the op table's strict loader (``opmap.yaml_source``: no tags, no duplicate
+keys, bounded nesting); validation walks the node tree (not the loaded values) so each problem
+carries the line of the node it is about, and collects every problem before giving up.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +17,10 @@ import torch
 import yaml
 
 from npu_migrate.migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
+from npu_migrate.migrate.parity.precision import AMP_DTYPES, amp_label
+from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of, number_problem
 
-CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "train", "output", "tolerance")
+CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "output", "tolerance")
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
 _REF = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][\w.]*)$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -32,7 +36,8 @@ class SpecError(Exception):
 
 @dataclass(frozen=True)
 class Ref:
-    """``file.py:callable`` (relative to the spec's directory) or ``package.module:callable``."""
+    """``file.py:callable`` (a path inside the tree under test, else beside the spec; see
+    ``parity.resolve``) or ``package.module:callable`` (imported with the tree first on sys.path)."""
 
     target: str
     attr: str
@@ -61,7 +66,8 @@ class Case:
     factory: Ref
     inputs: Union[Ref, Dict[str, TensorSpec]]
     kwargs: Dict[str, Any] = field(default_factory=dict)
-    dtypes: List[str] = field(default_factory=lambda: ["float32"])
+    dtypes: List[str] = field(default_factory=lambda: ["float32"])  # run labels (parity.precision)
+    weights: Optional[Path] = None  # a checkpoint file or directory, loaded into the original
     train: bool = False
     output: Optional[Union[str, int]] = None
     tolerance: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # dtype -> overrides + reason
@@ -82,15 +88,9 @@ def load_spec(path: Path) -> Spec:
     """Read and validate ``path``; raises ``SpecError`` listing every problem found."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError([f"{path}: cannot read the spec: {exc.strerror or exc}"]) from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise SpecError([f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]) from None
+        root = compose(path)
+    except SchemaError as error:
+        raise SpecError([str(error)]) from None
     checker = _Checker(path)
     cases = checker.spec(root)
     if checker.problems:
@@ -106,7 +106,7 @@ class _Checker:
 
     # -- helpers -----------------------------------------------------------------------------
     def error(self, node: yaml.Node, problem: str) -> None:
-        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {problem}")
+        self.problems.append(f"{self.path}:{line_of(node)}: {problem}")
 
     def value(self, node: yaml.Node) -> Any:
         return self._constructor.construct_object(node, deep=True)
@@ -117,11 +117,9 @@ class _Checker:
             self.error(node, f"{what} must be a mapping")
             return None
         items: Dict[str, yaml.Node] = {}
-        for key_node, value_node in node.value:
+        for key_node, value_node in node.value:  # compose() refused repeated keys
             key = self.value(key_node)
-            if key in items:
-                self.error(key_node, f"duplicate key {key!r} in {what}")
-            elif allowed and key not in allowed:
+            if allowed and key not in allowed:
                 self.error(key_node, f"unknown key {key!r} in {what} (allowed: {', '.join(allowed)})")
             else:
                 items[key] = value_node
@@ -129,13 +127,11 @@ class _Checker:
 
     def number(self, node: yaml.Node, what: str) -> Optional[float]:
         value = self.value(node)
-        try:  # YAML 1.1 reads 1e-3 (no dot) as a string
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        except (TypeError, ValueError):
-            self.error(node, f"{what} must be a number, got {value!r}")
+        problem = number_problem(value)
+        if problem:
+            self.error(node, f"{what} {problem}")
             return None
+        return float(value)
 
     def ref(self, node: yaml.Node, what: str) -> Optional[Ref]:
         value = self.value(node)
@@ -144,9 +140,17 @@ class _Checker:
             self.error(node, f"{what} must be 'file.py:callable' or 'package.module:callable', got {value!r}")
             return None
         ref = Ref(match["target"], match["attr"])
-        if ref.is_file and Path(ref.target).is_absolute():
-            self.error(node, f"{what} file must be relative to the spec's directory, got {ref.target!r}")
-        elif not ref.is_file and not _MODULE.match(ref.target):
+        if ref.is_file:
+            if Path(ref.target).is_absolute():
+                self.error(node, f"{what} file must be relative (to the tree under test or the spec), got {ref.target!r}")
+                return None
+            normal = posixpath.normpath(ref.target.replace("\\", "/"))
+            if normal == ".." or normal.startswith("../"):
+                self.error(node, f"{what} file {ref.target!r} must lie inside the tree under test or beside the spec, "
+                                 "not above them ('..' leaves both)")
+                return None
+            ref = Ref(normal, ref.attr)
+        elif not _MODULE.match(ref.target):
             self.error(node, f"{what}: {ref.target!r} is neither a .py file nor a dotted module name")
         return ref
 
@@ -196,6 +200,9 @@ class _Checker:
             if not isinstance(kwargs, dict):
                 self.error(items["kwargs"], "kwargs must be a mapping")
         dtypes = self.dtypes(items["dtypes"]) if "dtypes" in items else ["float32"]
+        if "amp" in items:
+            dtypes = self.amp(items["amp"], "dtypes" in items)
+        weights = self.weights(items["weights"]) if "weights" in items else None
         train = False
         if "train" in items:
             train = self.value(items["train"])
@@ -209,7 +216,7 @@ class _Checker:
         tolerance = self.tolerance(items["tolerance"], dtypes) if "tolerance" in items else {}
         if self.problems:
             return None
-        return Case(name, factory, inputs, kwargs, dtypes, train, output, tolerance, node.start_mark.line + 1)
+        return Case(name, factory, inputs, kwargs, dtypes, weights, train, output, tolerance, line_of(node))
 
     def dtypes(self, node: yaml.Node) -> List[str]:
         values = self.value(node)
@@ -221,6 +228,28 @@ class _Checker:
             if value not in known:
                 self.error(item_node, f"unsupported dtype {value!r} (supported: {', '.join(known)})")
         return values
+
+    def amp(self, node: yaml.Node, has_dtypes: bool) -> List[str]:
+        value = self.value(node)
+        if value not in AMP_DTYPES:
+            self.error(node, f"amp must be one of {', '.join(AMP_DTYPES)}, got {value!r}")
+            return []
+        if has_dtypes:
+            self.error(node, "a case with 'amp' keeps float32 weights under autocast: drop its 'dtypes' "
+                             "(put plain dtypes in a case of their own)")
+        return [amp_label(value)]
+
+    def weights(self, node: yaml.Node) -> Optional[Path]:
+        value = self.value(node)
+        if not isinstance(value, str) or not value.strip():
+            self.error(node, "weights must be the path of a checkpoint file or directory")
+            return None
+        path = (self.path.parent / value).resolve()
+        if not path.exists():
+            self.error(node, f"weights {value!r} not found ({path}): a local file or directory is needed, "
+                             "nothing is downloaded")
+            return None
+        return path
 
     def inputs(self, node: yaml.Node):
         if isinstance(node, yaml.ScalarNode):
@@ -259,7 +288,7 @@ class _Checker:
         result: Dict[str, Dict[str, Any]] = {}
         for dtype, value_node in (items or {}).items():
             if dtype not in dtypes:
-                self.error(value_node, f"tolerance for {dtype!r}, which this case does not run (dtypes: {', '.join(dtypes)})")
+                self.error(value_node, f"tolerance for {dtype!r}, which this case does not run (runs: {', '.join(dtypes)})")
                 continue
             fields = self.mapping(value_node, f"tolerance for {dtype}", CRITERIA_KEYS + ("reason",))
             if fields is None:

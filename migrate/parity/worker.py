@@ -1,58 +1,40 @@
 """One side of a parity run, in a process of its own: ``python -m npu_migrate.migrate.parity.worker REQUEST``.
 
-REQUEST is a JSON file ``{"side", "tree", "spec", "backing", "result"}``. The worker activates the
-emulation for its side (the original: CUDA calls mapped onto the backing device; the migrated:
-the emulated NPU), puts its tree root first on ``sys.path``, runs every case and dtype of the spec
-and ``torch.save``s plain dicts of tensors to ``result``. The original side also ships the weights
-and inputs; the migrated side reads the path of that file from stdin, so its start-up overlaps
-the original's run. A case that fails becomes an ``error`` string, never a crash of the worker.
+REQUEST is a JSON file ``{"side", "tree", "other_tree", "spec", "backing", "result"}``. The worker
+activates the emulation for its side (the original: CUDA calls mapped onto the backing device;
+the migrated: the emulated NPU), puts its tree root first on ``sys.path``, runs every case and
+run (dtype or AMP) of the spec and ``torch.save``s plain dicts of tensors to ``result``. The
+original side also ships the weights and inputs; the migrated side reads the path of that file
+from stdin, so its start-up overlaps the original's run. A case that fails becomes an ``error``
+string (with ``raised_in`` when a forward raised, ``not_supported`` when the emulation cannot
+run it), never a crash of the worker.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import json
 import os
-import re
 import sys
-import traceback
 from collections.abc import Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch
 from torch.utils._pytree import tree_map
 
+from npu_migrate.migrate.parity.checkpoint import load_strictly, read_checkpoint
 from npu_migrate.migrate.parity.coverage import OpTrace
+from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
 from npu_migrate.migrate.parity.localise import ModuleRecorder
 from npu_migrate.migrate.parity.outputs import flatten, scalar_loss, select
+from npu_migrate.migrate.parity.precision import Precision, cast_floating, precision
+from npu_migrate.migrate.parity.resolve import NotResolved, Resolver
 from npu_migrate.migrate.parity.spec import Case, Ref, TensorSpec, load_spec
 
 SEED = 0  # the model and the inputs are built from this seed
 LEARNING_RATE = 0.01  # the one SGD step of train cases
-TRACEBACK_FRAMES = 3
-
-
-class CaseFailure(Exception):
-    """A stage of a case failed; the message says which and why."""
-
-
-@contextmanager
-def stage(what: str):
-    """Turn any exception in the block into a ``CaseFailure`` with the traceback's tail."""
-    try:
-        yield
-    except CaseFailure:
-        raise
-    except BaseException as exc:  # noqa: BLE001  (user code may raise anything, even SystemExit)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        lines = traceback.format_exception(exc)
-        tail = "".join(lines[-(TRACEBACK_FRAMES + 1):]).rstrip()
-        raise CaseFailure(f"{what}: {type(exc).__name__}: {exc}\n{tail}") from None
 
 
 # -- the emulation ------------------------------------------------------------------------------
@@ -66,45 +48,12 @@ def activate(side: str, backing: str, trace: Optional[OpTrace]) -> None:
             from npu_migrate.kernels.registry import load_all
 
             for name in load_all():
-                if hasattr(torch_npu, name):
-                    setattr(torch_npu, name, trace.wrap_fused(name, getattr(torch_npu, name)))
+                fn = getattr(torch_npu, name, None)
+                # a dispatcher op (torch.ops.npu.*) is counted where it dispatches: no wrapper
+                if fn is not None and not isinstance(fn, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+                    setattr(torch_npu, name, trace.wrap_fused(name, fn))
     else:
         kernels.activate_cuda(backing)
-
-
-def device_for(backing: str) -> torch.device:
-    """Both sides put the model and the inputs on the backing device; the emulation maps the
-    device calls inside the model code (``.cuda()``, ``.npu()``) onto the same device."""
-    return torch.device(backing)
-
-
-# -- resolving spec references inside a tree ----------------------------------------------------
-def resolve(ref: Ref, tree: Path) -> Any:
-    """The callable ``ref`` names, imported from ``tree`` (which is first on sys.path)."""
-    if ref.is_file:
-        path = tree / ref.target
-        if not path.is_file():
-            raise FileNotFoundError(f"{ref.target} not found in {tree}")
-        parts = Path(ref.target).with_suffix("").parts
-        if all(part.isidentifier() for part in parts):
-            module = importlib.import_module(".".join(parts))
-        else:
-            module = _import_file(path)
-    else:
-        module = importlib.import_module(ref.target)
-    return functools.reduce(getattr, ref.attr.split("."), module)
-
-
-def _import_file(path: Path):
-    name = "parity_" + re.sub(r"\W", "_", path.stem)
-    if name in sys.modules:
-        return sys.modules[name]
-    sys.path.insert(1, str(path.parent))
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -129,10 +78,18 @@ def declared_inputs(specs: Dict[str, TensorSpec], dtype: torch.dtype) -> Dict[st
     return inputs
 
 
-def make_inputs(case: Case, dtype: torch.dtype, tree: Path) -> Any:
+def load_ref(resolver: Resolver, ref: Ref, what: str) -> Any:
+    try:
+        resolver.locate(ref)
+    except NotResolved as exc:
+        raise CaseFailure(f"cannot find the {what} {ref}: {exc}", kind=SETUP) from None
+    with stage(f"cannot import the {what} {ref}"):
+        return resolver.load(ref)
+
+
+def make_inputs(case: Case, dtype: torch.dtype, resolver: Resolver) -> Any:
     if isinstance(case.inputs, Ref):
-        with stage(f"cannot import the inputs callable {case.inputs}"):
-            fn = resolve(case.inputs, tree)
+        fn = load_ref(resolver, case.inputs, "inputs callable")
         with stage(f"the inputs callable {case.inputs} raised"):
             return fn(seed=SEED, dtype=dtype)
     return declared_inputs(case.inputs, dtype)
@@ -150,8 +107,121 @@ def call(model: torch.nn.Module, inputs: Any) -> Any:
     return model(inputs)
 
 
-# -- weights --------------------------------------------------------------------------------------
-def load_weights(model: torch.nn.Module, state: Dict[str, torch.Tensor]) -> List[str]:
+# -- one case ---------------------------------------------------------------------------------------
+def build(case: Case, prec: Precision, resolver: Resolver, device: torch.device) -> torch.nn.Module:
+    """The side's model: built from the seed, the checkpoint loaded (original side), on ``device``,
+    floating tensors in the run's weight dtype."""
+    factory = load_ref(resolver, case.factory, "factory")
+    with stage(f"the factory {case.factory} raised"):
+        torch.manual_seed(SEED)
+        model = factory(**case.kwargs)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"expected an nn.Module, got {type(model).__name__}")
+    if resolver.side == "migrated":
+        problem = resolver.code_problem(factory, model)
+        if problem:
+            raise CaseFailure(problem, kind=SETUP)
+    if case.weights is not None and resolver.side == "original":
+        with stage("loading the weights failed", kind=SETUP):
+            load_strictly(model, read_checkpoint(case.weights), case.weights)
+    with stage("moving the model to the device failed"):
+        return cast_floating(model.to(device=device), prec.weights)
+
+
+def forward(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, side: str,
+            trace: Optional[OpTrace], tree: Path) -> Dict[str, Any]:
+    model.eval()
+    recorder = ModuleRecorder(model)
+    locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+    try:
+        with stage("the forward pass raised", locate=locate), torch.no_grad(), prec.autocast(side):
+            torch.manual_seed(SEED)
+            output = call(model, inputs)
+    finally:
+        recorder.remove()
+    with stage("the output selector failed"):
+        outputs = flatten(select(output, case.output))
+    return {"outputs": outputs, "modules": recorder.calls}
+
+
+def train_step(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, side: str,
+               trace: Optional[OpTrace], tree: Path) -> Dict[str, Any]:
+    """Gradients of a scalar loss (scaled with a GradScaler under float16 AMP), then the outputs
+    after one SGD step."""
+    recorder = ModuleRecorder(model, keep_tensors=False)
+    locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+    try:
+        with stage("the training step raised", locate=locate):
+            model.train()
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(SEED)
+            with prec.autocast(side):
+                loss = scalar_loss(select(call(model, inputs), case.output))
+            scaler = prec.grad_scaler(side)
+            if scaler is None:
+                loss.backward()
+                grads = _grads(model)
+                with torch.no_grad():  # one plain SGD step (torch.optim imports torch._dynamo: seconds)
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            p.add_(p.grad, alpha=-LEARNING_RATE)
+            else:  # the scaler steps through an optimizer: SGD, the same step
+                optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                grads = _grads(model)
+                scaler.step(optimizer)
+                scaler.update()
+            model.eval()
+            with torch.no_grad(), prec.autocast(side):
+                torch.manual_seed(SEED)
+                after = flatten(select(call(model, inputs), case.output))
+    finally:
+        recorder.remove()
+    return {"loss": loss.detach().to("cpu"), "grads": grads, "after_step": after}
+
+
+def _grads(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None}
+
+
+def run_case(case: Case, label: str, resolver: Resolver, backing: str,
+             original: Optional[dict], trace: Optional[OpTrace]) -> Dict[str, Any]:
+    prec = precision(label)
+    device = torch.device(backing)  # the emulation maps .cuda()/.npu() in the model onto it too
+    side = resolver.side
+    result: Dict[str, Any] = {"error": None, "weight_problems": []}
+    if trace is not None:
+        trace.reset()
+    try:
+        model = build(case, prec, resolver, device)
+        if original is None:
+            result["state"] = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            inputs = make_inputs(case, prec.weights, resolver)
+            if isinstance(inputs, Mapping):  # e.g. a tokenizer's BatchEncoding: ship a plain dict
+                inputs = dict(inputs)
+            result["inputs"] = _to(inputs, torch.device("cpu"))
+        else:
+            with stage("loading the original's weights failed"):
+                result["weight_problems"] = weight_problems(model, original["state"])
+            if result["weight_problems"]:
+                return result
+            inputs = original["inputs"]
+        inputs = _to(inputs, device)
+        with trace.recording() if trace is not None else nullcontext():
+            result.update(forward(model, inputs, case, prec, side, trace, resolver.tree))
+            if case.train:
+                result["train"] = train_step(model, inputs, case, prec, side, trace, resolver.tree)
+        if trace is not None:
+            result["coverage"] = trace.to_json()
+    except CaseFailure as failure:
+        result.update(failure.for_side(side).to_json())
+        if trace is not None:  # what ran before the failure
+            result["coverage"] = trace.to_json()
+    return result
+
+
+def weight_problems(model: torch.nn.Module, state: Dict[str, torch.Tensor]) -> List[str]:
     """Load the original's weights strictly; the problems by name, or [] when loaded."""
     own = model.state_dict()
     problems = [f"missing in the original's weights: {k}" for k in own if k not in state]
@@ -166,104 +236,28 @@ def load_weights(model: torch.nn.Module, state: Dict[str, torch.Tensor]) -> List
     return problems
 
 
-# -- one case ---------------------------------------------------------------------------------------
-def build(case: Case, dtype: torch.dtype, tree: Path, device: torch.device) -> torch.nn.Module:
-    with stage(f"cannot import the factory {case.factory}"):
-        factory = resolve(case.factory, tree)
-    with stage(f"the factory {case.factory} raised"):
-        torch.manual_seed(SEED)
-        model = factory(**case.kwargs)
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"expected an nn.Module, got {type(model).__name__}")
-        return model.to(device=device, dtype=dtype)
-
-
-def forward(model: torch.nn.Module, inputs: Any, case: Case) -> Dict[str, Any]:
-    model.eval()
-    recorder = ModuleRecorder(model)
-    try:
-        with stage("the forward pass raised"), torch.no_grad():
-            torch.manual_seed(SEED)
-            output = call(model, inputs)
-    finally:
-        recorder.remove()
-    with stage("the output selector failed"):
-        outputs = flatten(select(output, case.output))
-    return {"outputs": outputs, "modules": recorder.calls}
-
-
-def train_step(model: torch.nn.Module, inputs: Any, case: Case) -> Dict[str, Any]:
-    """Gradients of a scalar loss, then the outputs after one SGD step."""
-    with stage("the training step raised"):
-        model.train()
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(SEED)
-        loss = scalar_loss(select(call(model, inputs), case.output))
-        loss.backward()
-        grads = {n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None}
-        with torch.no_grad():  # one plain SGD step (torch.optim would import torch._dynamo: seconds)
-            for p in model.parameters():
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-LEARNING_RATE)
-        model.eval()
-        with torch.no_grad():
-            torch.manual_seed(SEED)
-            after = flatten(select(call(model, inputs), case.output))
-    return {"loss": loss.detach().to("cpu"), "grads": grads, "after_step": after}
-
-
-def run_case(case: Case, dtype_name: str, side: str, tree: Path, backing: str,
-             original: Optional[dict], trace: Optional[OpTrace]) -> Dict[str, Any]:
-    dtype = getattr(torch, dtype_name)
-    device = device_for(backing)
-    result: Dict[str, Any] = {"error": None, "weight_problems": []}
-    try:
-        model = build(case, dtype, tree, device)
-        if original is None:
-            result["state"] = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            inputs = make_inputs(case, dtype, tree)
-            if isinstance(inputs, Mapping):  # e.g. a tokenizer's BatchEncoding: ship a plain dict
-                inputs = dict(inputs)
-            result["inputs"] = _to(inputs, torch.device("cpu"))
-        else:
-            with stage("loading the original's weights failed"):
-                result["weight_problems"] = load_weights(model, original["state"])
-            if result["weight_problems"]:
-                return result
-            inputs = original["inputs"]
-        inputs = _to(inputs, device)
-        with trace.recording() if trace is not None else nullcontext():
-            result.update(forward(model, inputs, case))
-            if case.train:
-                result["train"] = train_step(model, inputs, case)
-        if trace is not None:
-            result["coverage"] = trace.to_json()
-    except CaseFailure as failure:
-        result["error"] = str(failure)
-    return result
-
-
 def run(request: Dict[str, Any], original_results: Optional[dict]) -> Dict[str, Any]:
-    side, tree, backing = request["side"], Path(request["tree"]), request["backing"]
+    side, backing = request["side"], request["backing"]
+    resolver = Resolver.for_side(side, Path(request["tree"]), Path(request["other_tree"]), Path(request["spec"]))
     trace = OpTrace() if side == "migrated" else None
     try:
         with stage(f"cannot activate the emulation (backing {backing})"):
             activate(side, backing, trace)
     except CaseFailure as failure:
-        return {"fatal": str(failure)}
-    sys.path.insert(0, str(tree))
-    os.chdir(tree)
+        return {"fatal": failure.message}
+    sys.path.insert(0, str(resolver.tree))
+    os.chdir(resolver.tree)
     spec = load_spec(Path(request["spec"]))
     results: Dict[str, Any] = {}
     for case in spec.cases:
-        for dtype in case.dtypes:
+        for label in case.dtypes:
             original = None
             if original_results is not None:
-                original = original_results.get("cases", {}).get(case.name, {}).get(dtype)
+                original = original_results.get("cases", {}).get(case.name, {}).get(label)
                 if original is None or original["error"] or "state" not in original:
-                    results.setdefault(case.name, {})[dtype] = {"error": None, "skipped": True}
+                    results.setdefault(case.name, {})[label] = {"error": None, "skipped": True}
                     continue
-            results.setdefault(case.name, {})[dtype] = run_case(case, dtype, side, tree, backing, original, trace)
+            results.setdefault(case.name, {})[label] = run_case(case, label, resolver, backing, original, trace)
     return {"cases": results}
 
 

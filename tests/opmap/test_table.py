@@ -95,3 +95,54 @@ def test_every_builtin_reported_record_has_an_actionable_fallback():
     for record in load_table().records():
         if record.status in ("unsupported", "fallback"):
             assert record.fallback.plan and len(record.fallback.detail) > 40, record.api
+
+
+# Each of these ended in a traceback (exit 1) or was silently accepted before the strict loader.
+HOSTILE = {
+    "python-tag": ("- api: !!python/object/apply:os.system ['echo hi']\n  status: native\n",
+                   1, "YAML tag !!python/object/apply:os.system is not allowed"),
+    "custom-tag": (GOOD.lstrip().replace("NPU201", "!code NPU201"), 3, "YAML tag !code is not allowed"),
+    "unhashable-key": ("- ? [api, status]\n  : native\n", 1, "a mapping key must be a plain value, not a list (unhashable)"),
+    "deep-nesting": ("[" * 5000 + "]" * 5000 + "\n", 1, "nested deeper than 32 levels"),
+    "second-records": ("records:\n" + GOOD.lstrip() + "records:\n- {api: torch.cuda.foo, status: native}\n",
+                       6, "duplicate key 'records' (first at line 1)"),
+    "merge-key": ("- &base {api: a.b, status: native}\n- {<<: *base, api: a.c}\n", 2, "merge keys (<<) are not supported"),
+    "nan-tolerance": (GOOD.lstrip() + "  tolerance: {float32: {rtol: .nan, atol: 0, reason: r}}\n",
+                      5, "tolerance.float32.rtol must be a finite number, got nan"),
+    "inf-tolerance": (GOOD.lstrip() + "  tolerance: {float32: {rtol: 0, atol: .inf, reason: r}}\n",
+                      5, "tolerance.float32.atol must be a finite number, got inf"),
+    "expression-target": (GOOD.lstrip().replace("torch.npu.synchronize", "'__import__(\"os\").system(\"x\")'"),
+                          4, "target must be a dotted Python name"),
+    "keyword-target": (GOOD.lstrip().replace("torch.npu.synchronize", "torch.npu.lambda"), 4, "'lambda' is a Python keyword"),
+    "expression-args": (GOOD.lstrip() + "  args: {device: 'x); import os'}\n", 5, "is not an argument name"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_yaml_is_a_file_line_problem(tmp_path, case):
+    text, line, problem = HOSTILE[case]
+    error = error_of(write(tmp_path, text))
+    assert error.line == line and problem in error.problem, str(error)
+    assert str(error).startswith(f"{error.path}:{line}: ")
+
+
+def test_anchors_and_aliases_still_share_values(tmp_path):
+    records = load_file(write(tmp_path, GOOD + "  preconditions: &pre [a, b]\n"
+                                          "- {api: torch.cuda.foo, status: rename, code: NPU201, target: torch.npu.foo,"
+                                          " preconditions: *pre}\n"))
+    assert [r.preconditions for r in records] == [("a", "b"), ("a", "b")]
+
+
+def test_migrate_run_exits_32_with_the_problem(tmp_path):
+    from typer.testing import CliRunner
+
+    from npu_migrate.migrate import exitcodes
+    from npu_migrate.migrate.cli import app
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "m.py").write_text("import torch\nx = torch.zeros(1).cuda()\n")
+    table = write(tmp_path, HOSTILE["python-tag"][0])
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "repo"), "--opmap", str(table), "--out", str(tmp_path / "out")])
+    assert result.exit_code == exitcodes.CONFIG_ERROR
+    assert f"{table}:1: YAML tag !!python/object/apply:os.system is not allowed" in result.output.replace("\n", "")
+    assert not (tmp_path / "out").exists()

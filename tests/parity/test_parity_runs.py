@@ -35,6 +35,8 @@ COVERAGE = (
     "        return torch_npu.npu_rms_norm(",
 )
 BUILD_FAILS = ("return TinyLlama(Config(**overrides)).npu()", 'raise RuntimeError("planted build failure")')
+# the migrated attention passes a head count the kernel refuses: the forward raises inside the op
+RAISES = ('self.num_heads, "BNSD"', 'self.num_heads + 1, "BNSD"')
 
 
 def invoke(*args):
@@ -61,15 +63,21 @@ def mistakes_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("mistakes")
     original, migrated = root / "tree", root / "tree-npu"
     variants = {name: (old, new) for name, (old, new, _) in MISTAKES.items()}
-    variants.update({"coverage": COVERAGE, "build-fails": BUILD_FAILS})
+    variants.update({"coverage": COVERAGE, "build-fails": BUILD_FAILS, "raises": RAISES, "only-in-original": None})
     cases = []
-    for name, (old, new) in variants.items():
+    for name, change in variants.items():
         package = "m_" + name.replace("-", "_")
-        for tree, source in ((original, ORIGINAL.read_text()), (migrated, planted(MIGRATED.read_text(), old, new))):
+        sides = [(original, ORIGINAL.read_text())]
+        if change is not None:  # "only-in-original": the migrated tree lacks the package
+            sides.append((migrated, planted(MIGRATED.read_text(), *change)))
+        for tree, source in sides:
             (tree / package).mkdir(parents=True)
             (tree / package / "__init__.py").write_text("")
             (tree / package / "model.py").write_text(source)
         cases.append(f"  - {{name: {name}, factory: '{package}/model.py:build_model', inputs: '{package}/model.py:make_inputs'}}")
+    # the same installed code on both sides: the migrated tree holds none of it
+    cases.append("  - {name: no-migrated-code, factory: 'torch.nn:Linear', kwargs: {in_features: 4, out_features: 4},"
+                 " inputs: {input: {shape: [2, 4]}}}")
     for tree in (original, migrated):
         shutil.copy(HF_FACTORY, tree / HF_FACTORY.name)
     cases.append(
@@ -98,13 +106,17 @@ def test_correct_migration_passes_in_float32_bfloat16_and_training(correct_run):
     assert {g["name"] for g in train["gradients"]} >= {"loss", "embed_tokens.weight", "layers.0.mlp.up_proj.weight"}
     assert all(g["passed"] for g in train["gradients"]) and train["after_step"][0]["passed"]
     assert "3/3 case(s) passed" in result.stderr
+    # the table names the fused kernels that ran and, in a non-terminal, is not squashed to 80 columns
+    assert "fused NPU kernels" in result.stderr and "npu_fusion_attention x2" in result.stderr
+    assert max(len(line) for line in result.stderr.splitlines()) > 120
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_planted_mistake_fails_and_names_the_module(mistakes_run, mistake):
     result, cases = mistakes_run
-    assert result.exit_code == exitcodes.PARITY_FAILED
+    assert result.exit_code == exitcodes.PARITY_FAILED | exitcodes.CONFIG_ERROR  # 32: the setup errors below
     case = cases[mistake]
+    assert case["verdict"] == "diverged"
     assert case["passed"] is False and not case["errors"]
     divergent = case["first_divergent_module"]
     assert divergent["module"] == MISTAKES[mistake][2]
@@ -127,6 +139,37 @@ def test_model_that_raises_during_build_is_an_error_naming_the_side(mistakes_run
     assert case["errors"][0].startswith("migrated side: the factory m_build_fails/model.py:build_model raised")
     assert "RuntimeError: planted build failure" in case["errors"][0]
     assert "migrated side: the factory" in result.stderr
+
+
+def test_a_raising_migrated_model_names_the_module_and_the_op(mistakes_run):
+    """Used to give the traceback only: first_divergent_module was null and no module was named."""
+    result, cases = mistakes_run
+    case = cases["raises"]
+    assert case["verdict"] == "raised" and case["first_divergent_module"] is None
+    assert case["raised_in"] == {
+        "side": "migrated", "module": "layers.0.self_attn", "call": 0, "op": "npu_fusion_attention",
+        "at": "m_raises/model.py:67 in forward",
+        "error": "NpuOpError: npu_fusion_attention: query has 4 heads but head_num=5",
+    }
+    assert "raised on the migrated side in layers.0.self_attn (call 0), op npu_fusion_attention, at m_raises/model.py:67" \
+        in result.stderr
+    assert case["op_coverage"]["fused_npu_ops"]["npu_rms_norm"] == 1  # what ran before the raise
+
+
+def test_a_factory_the_migrated_tree_lacks_is_not_taken_from_the_original(mistakes_run):
+    """The spec sits in the original tree: its copy of the package must not stand in for the migrated one."""
+    _, cases = mistakes_run
+    case = cases["only-in-original"]
+    assert case["verdict"] == "setup error"
+    assert "m_only_in_original/model.py not found in the migrated tree" in case["errors"][0]
+    assert "lies in the other side's tree" in case["errors"][0]
+
+
+def test_a_migrated_side_without_code_of_its_own_is_an_error_not_a_pass(mistakes_run):
+    _, cases = mistakes_run
+    case = cases["no-migrated-code"]
+    assert case["verdict"] == "setup error" and not case["passed"]
+    assert "holds none of the model's code" in case["errors"][0] and "would compare a model with itself" in case["errors"][0]
 
 
 def test_spec_error_exits_with_config_error(tmp_path):

@@ -70,3 +70,53 @@ def test_missing_keys_and_bad_yaml(tmp_path):
     ]
     assert ":2: invalid YAML" in problems(write(tmp_path, "cases: [\n  - : :\n"))[0]
     assert "non-empty list" in problems(write(tmp_path, "cases: []\n"))[0]
+
+
+CASE = "  - {name: a, factory: 'm.py:f', inputs: 'm.py:g'}\n"
+
+
+def test_yaml_problems_are_file_line_problems(tmp_path):
+    """Each of these ended in a traceback (or was silently accepted) before the spec moved onto
+    the op table's strict loader."""
+    path = tmp_path / "parity.yaml"
+    assert problems(write(tmp_path, "cases:\n  - !!python/object:os.system {name: a}\n")) == [
+        f"{path}:2: YAML tag !!python/object:os.system is not allowed: only plain values, lists and mappings"
+    ]
+    assert problems(write(tmp_path, "cases:\n  - ? [a, b]\n    : 1\n")) == [
+        f"{path}:2: a mapping key must be a plain value, not a list (unhashable)"
+    ]
+    deep = "cases:\n" + CASE.replace("'m.py:g'", "{x: {shape: " + "[" * 200 + "]" * 200 + "}}")
+    assert problems(write(tmp_path, deep))[0].startswith(f"{path}:2: nested deeper than")
+    # a second `cases:` used to replace the first silently
+    assert problems(write(tmp_path, "cases:\n" + CASE + "cases:\n" + CASE)) == [
+        f"{path}:3: duplicate key 'cases' (first at line 1)"
+    ]
+
+
+def test_non_finite_numbers_are_refused(tmp_path):
+    path = write(tmp_path, "cases:\n" + CASE.replace("}", ", tolerance: {float32: {cosine: .nan, max_abs_err: .inf, reason: x}}}"))
+    found = problems(path)
+    assert found == [f"{path}:2: cosine must be a finite number, got nan", f"{path}:2: max_abs_err must be a finite number, got inf"]
+    assert problems(write(tmp_path, "cases:\n" + CASE.replace("'m.py:g'", "{x: {shape: [2], low: nan}}")))[0].endswith(
+        "low must be a finite number, got 'nan'")
+
+
+def test_amp_and_weights(tmp_path):
+    (tmp_path / "ckpt.safetensors").write_bytes(b"")
+    spec = load_spec(write(tmp_path, "cases:\n" + CASE.replace("}", ", amp: bfloat16, weights: ckpt.safetensors,"
+                                                              " tolerance: {amp-bfloat16: {cosine: 0.99, reason: r}}}")))
+    (case,) = spec.cases
+    assert case.dtypes == ["amp-bfloat16"] and case.weights == tmp_path / "ckpt.safetensors"
+    path = tmp_path / "parity.yaml"
+    assert problems(write(tmp_path, "cases:\n" + CASE.replace("}", ", amp: float64}"))) == [
+        f"{path}:2: amp must be one of bfloat16, float16, got 'float64'"]
+    assert "drop its 'dtypes'" in problems(write(tmp_path, "cases:\n" + CASE.replace("}", ", amp: float16, dtypes: [float32]}")))[0]
+    assert "nothing is downloaded" in problems(write(tmp_path, "cases:\n" + CASE.replace("}", ", weights: meta-llama/Llama-3}")))[0]
+
+
+def test_file_references_may_not_climb_out_of_tree_and_spec(tmp_path):
+    path = write(tmp_path, "cases:\n" + CASE.replace("'m.py:f'", "'../elsewhere/f.py:build'"))
+    assert problems(path) == [f"{path}:2: factory file '../elsewhere/f.py' must lie inside the tree under test or "
+                              "beside the spec, not above them ('..' leaves both)"]
+    (case,) = load_spec(write(tmp_path, "cases:\n" + CASE.replace("'m.py:f'", "'pkg/../m.py:f'"))).cases
+    assert case.factory == Ref("m.py", "f")
