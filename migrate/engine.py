@@ -1,6 +1,6 @@
 """One file in, one ``FileResult`` out: parse once, run every applicable rule in one batched pass,
-apply the edits of every site in one pass (``migrate.apply``), add the imports they need, and
-check the output.
+report every component no rule covered (``migrate.residual``), apply the edits of every site in
+one pass (``migrate.apply``), add the imports they need, and check the output.
 
 The engine owns the edits: it keeps only sites whose codes are selected, keeps as it is a site whose
 line carries ``# npu-migrate: ignore[CODE]`` (action ``suppressed``), leaves out a site whose
@@ -19,7 +19,7 @@ from typing import Callable, List, Sequence, Tuple, Type
 
 import libcst as cst
 
-from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate import diagnostics, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.context import FileContext
 from npu_migrate.migrate.edits import ImportSpec, Site
@@ -90,6 +90,10 @@ class Engine:
             cst.visit_batched(module, [rule(ctx) for rule in rules])
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {_exception_line(exc)}")
+        try:
+            residual.check(ctx, self.enabled)
+        except Exception as exc:
+            return error_result(path, diagnostics.RULE_CRASH, f"the residual pass crashed: {_exception_line(exc)}")
 
         sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
         kept_as_is = suppressed_lines(source)

@@ -21,6 +21,7 @@ class Blocked:
     node: cst.CSTNode
     reason: str
     fallback: Fallback
+    root: Optional[cst.CSTNode] = None  # the product with V in the function (where to point when `node` is in a helper)
 
 
 MOVED_PLAN = Fallback("manual", (

@@ -37,7 +37,7 @@ UNDERFLOW_PLAN = Fallback("manual", (
     "masked scores underflow, which is every realistic case), then run migrate again."))
 SOFTCAP_PLAN = Fallback("composite", "keep the eager attention (the fused kernel has no soft-cap); a custom "
                                      "kernel (TileLang-Ascend / Ascend C) could fuse it")
-SINKS_PLAN = Fallback("manual", "npu_fusion_attention's `sink` argument (float32 [head_num], needs a recent CANN) "
+SINKS_PLAN = Fallback("manual", "npu_fusion_attention's (and _v3's) `sink` argument (float32 [head_num], needs a recent CANN) "
                                 "computes per-head sinks: pass the sink logits there and drop the concatenation, "
                                 "then check parity; until then the eager code runs")
 EINSUM_PLAN = Fallback("manual", "rewrite the scores as torch.matmul(q, k.transpose(-2, -1)) on [B, N, S, D] tensors "
@@ -71,8 +71,8 @@ class Attention:
     value_cast: bool = False  # P is cast to v's dtype: run the kernel in q's dtype, cast back
     repeated: Optional[Tuple[Value, Value]] = None  # (k, v) as repeated for the heads, when GQA was read back
     merged_heads: bool = False  # the scores were reshaped (3-D products with heads merged into the batch)
-    unless: List[Value] = field(default_factory=list)  # `X is not None` tests under which the probabilities
-    #                                                    are multiplied by X (a head mask): fused only when not
+    unless: List[Value] = field(default_factory=list)  # `X is not None` tests under which the code applies
+    #                   what the kernel has no form for (a head mask, a soft-cap): fused only when X is None
 
 
 def _peel_casts(value: Value) -> Tuple[Value, List[Value]]:
@@ -88,7 +88,7 @@ def _softmax_dim_is_last(softmax: Value) -> bool:
     return dim is not None and number(dim) in (-1, 3)
 
 
-def _is_scores(value: Value, depth: int = 12) -> bool:
+def is_scores(value: Value, depth: int = 12) -> bool:
     """Whether ``value`` is (a masked, scaled, cast form of) ``q @ kᵀ``."""
     for _ in range(depth):
         if value is None:
@@ -108,7 +108,7 @@ def _is_scores(value: Value, depth: int = 12) -> bool:
             continue
         if value.op in ("add", "sub", "mul", "div"):
             left, right = value.input, value["other"]
-            value = left if _is_scores(left, 4) else right
+            value = left if is_scores(left, 4) else right
             continue
         return False
     return False
@@ -216,9 +216,9 @@ class _Reader:
                 value = step
             elif op in ("mul", "div"):
                 left, right = value.input, value["other"]
-                if op == "mul" and _is_scores(right) and not _is_scores(left):
+                if op == "mul" and is_scores(right) and not is_scores(left):
                     left, right = right, left
-                if not _is_scores(left) or _is_scores(right) or found.scale is not None:
+                if not is_scores(left) or is_scores(right) or found.scale is not None:
                     return None
                 found.scale, found.inverse = right, op == "div"
                 value = left
@@ -261,8 +261,8 @@ class _Reader:
         op = value.op
         if op == "add":
             left, right = value.input, value["other"]
-            scores, term = (left, right) if _is_scores(left) else (right, left)
-            if not _is_scores(scores) or _is_scores(term):
+            scores, term = (left, right) if is_scores(left) else (right, left)
+            if not is_scores(scores) or is_scores(term):
                 return None
             label = _label(term)
             if label is not None and BIAS_NAME.search(label):
@@ -287,8 +287,12 @@ class _Reader:
         return scores
 
     def _optional(self, value: Value):
-        """``if M is not None: S = <S with M applied>``: the term, under that condition."""
+        """``if M is not None: S = <S with M applied>``: the term, under that condition; or
+        ``if cap is not None: S = tanh(S / cap) * cap``: fused only when there is no soft-cap."""
         test, then, other = value["test"], value["then"], value["else"]
+        if _is_none_test(test) and then is not None and other is not None and _soft_caps(then, other):
+            self.found.unless.append(test)
+            return other
         for applied, plain in ((then, other), (other, then)):
             if applied is None or plain is None or applied.op not in ("add", "masked_fill", "where"):
                 continue
@@ -303,6 +307,24 @@ class _Reader:
         return None
 
 
+def _is_none_test(test: Optional[Value]) -> bool:
+    """``X is not None``."""
+    return (test is not None and test.op == "compare" and test.name == "IsNot" and test["other0"] is not None
+            and test["other0"].name == "None")
+
+
+def _soft_caps(capped: Value, scores: Value) -> bool:
+    """``capped`` is ``tanh(scores / cap) * cap`` (in any order of the product)."""
+    for _ in range(4):
+        if capped is None:
+            return False
+        if capped.op == "tanh":
+            inner = capped.input
+            return inner is not None and inner.op in ("div", "mul") and inner.input is scores
+        capped = capped.input if capped.op in ("mul", "cast") else None
+    return False
+
+
 def _label(value: Value) -> Optional[str]:
     """How the code names a value: its source, or the parameter's name."""
     if value.node is not None:
@@ -313,8 +335,7 @@ def _label(value: Value) -> Optional[str]:
 def _optional_head_mask(phi: Value) -> Optional[Value]:
     """``phi(X is not None, P * X, P)``: P, else None."""
     test, then, other = phi["test"], phi["then"], phi["else"]
-    if test is None or test.op != "compare" or test.name != "IsNot" or test["other0"] is None \
-            or test["other0"].name != "None" or then is None or then.op != "mul":
+    if not _is_none_test(test) or then is None or then.op != "mul":
         return None
     if then.input is other and then["other"] is test.input or then["other"] is other and then.input is test.input:
         return other
@@ -371,13 +392,13 @@ def unmatched_scores(softmax: Value) -> Optional[Blocked]:
     if scores.op == "einsum":
         return Blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
-    if not _is_scores(scores) or not _has_transposed_product(scores):
+    if not is_scores(scores) or not has_transposed_product(scores):
         return None
     return Blocked(softmax.node, "attention whose probabilities are not multiplied by V in a form the rule "
                                  "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
 
 
-def _has_transposed_product(value: Value, depth: int = 12) -> bool:
+def has_transposed_product(value: Value, depth: int = 12) -> bool:
     stack, seen = [(value, 0)], set()
     while stack:
         current, level = stack.pop()

@@ -26,6 +26,8 @@ def attention_in(view) -> List[object]:
             seen.add(id(value))
             if value.op == "matmul":
                 result, softmax = match(value)
+                if result is not None and not hasattr(result, "out"):
+                    result.root = value.node  # where to point when the blocking code is in an inlined helper
                 if result is not None:
                     found.append(result)
                     consumed.add(id(softmax))

@@ -100,7 +100,10 @@ class EagerAttention(FunctionRule, Rule):
 
     def found(self, result, view) -> None:
         if isinstance(result, Blocked):
-            anchor = statement_of(result.node, self.ctx.tree.parents()) if result.node is not None else view.func
+            parents = self.ctx.tree.parents()
+            node = result.node if result.node is not None and _within(result.node, view.func, parents) else \
+                result.root
+            anchor = statement_of(node, parents) if node is not None else view.func
             self.report(anchor, f"attention not fused: {result.reason}", fallback=result.fallback, api="attention",
                         code=REPORT)
             return
@@ -146,7 +149,7 @@ class EagerAttention(FunctionRule, Rule):
         for test in att.unless:  # fused only without the head mask
             subject = operand_code(piece, test.input)
             if subject is None:
-                return "the head mask is not available as a plain name where the attention starts"
+                return "the head mask or soft-cap is not available as a plain name where the attention starts"
             guard.append(f"{subject} is None")
         probs_guards, probs_none = [], []
         for _ in range(3):
@@ -344,6 +347,14 @@ def _sequence_length_of(piece: Slice, mask, repeated, source: str) -> Optional[s
 
 def _names_in_text(text: str, skip) -> List[str]:
     return [n for n in read([cst.parse_expression(text)]) if n not in skip]
+
+
+def _within(node, func, parents) -> bool:
+    while node is not None:
+        if node is func:
+            return True
+        node = parents.get(id(node))
+    return False
 
 
 def _condition_code(piece: Slice, condition) -> Optional[str]:
