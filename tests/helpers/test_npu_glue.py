@@ -1,57 +1,25 @@
 """npu_glue, the vendored helper, under the emulated NPU: the fused path is taken when exact and
 gives SDPA's result; otherwise the original runs."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from npu_migrate import kernels
 from npu_migrate.opmap import load_table
+from tests.helpers.support import GLUE, qkv
 
-HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 API = "torch.nn.functional.scaled_dot_product_attention"
 
 
-@pytest.fixture(scope="module")
-def glue():
-    with kernels.emulate():
-        sys.path.insert(0, str(HELPERS))
-        try:
-            sys.modules.pop("npu_glue", None)
-            import npu_glue
-
-            yield npu_glue
-        finally:
-            sys.path.remove(str(HELPERS))
-            sys.modules.pop("npu_glue", None)
-
-
 @pytest.fixture
-def calls(glue, monkeypatch):
-    """Counts npu_fusion_attention calls made through the helper."""
-    seen = []
-    real = glue.torch_npu.npu_fusion_attention
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(glue.torch_npu, "npu_fusion_attention", spy)
-    return seen
+def calls(spy):
+    """The kwargs of each npu_fusion_attention call made through the helper."""
+    return spy.kwargs.setdefault("npu_fusion_attention", [])
 
 
 def tolerance(dtype):
     t = load_table().get(API).tolerance[str(dtype).replace("torch.", "")]
     return dict(rtol=t.rtol, atol=t.atol)
-
-
-def qkv(b=2, nq=4, nkv=4, sq=5, skv=5, d=8, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    make = lambda n, s: torch.randn(b, n, s, d, generator=g).to(dtype)  # noqa: E731
-    return make(nq, sq), make(nkv, skv), make(nkv, skv)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -145,7 +113,7 @@ def test_attention_weights_requested(glue):
 def test_imports_only_torch_torch_npu_math():
     import ast
 
-    tree = ast.parse((HELPERS / "npu_glue.py").read_text())
+    tree = ast.parse(GLUE.read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert roots <= {"torch", "torch_npu", "math", "functools"}
