@@ -5,7 +5,7 @@ installed ``transformers`` llama and mixtral model directories (copied into ``wo
 installed package is never written), then, inside ``kernels.emulate()``, imports each migrated
 module under a name of its own beside the original and yields one ``Pair`` per model: builders of
 the original and the migrated model from one seed with the same weights, and the inputs. The
-migrated Hugging Face modules are imported as ``transformers.models.<family>.npu_migrated_<file>``
+migrated Hugging Face modules are imported as ``transformers.models.<family>.npu_migrated<n>_<file>``
 so that their relative imports reach the installed package; their ``from . import npu_glue`` finds
 the migrated tree's copy, registered for the duration. Shared by ``tests/helpers/test_compile.py``
 and ``benchmarks/npu_cost.py``.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import re
 import shutil
 import sys
@@ -42,6 +43,7 @@ from tests.helpers.support import KERNELS  # noqa: F401 - re-exported for benchm
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "demo"
 SEED = 0
+_sessions = itertools.count()  # module names of their own for each migrated_models() (they may nest)
 
 # (rule, pattern, replacement): the emitted call each rule should switch to.
 NEXT_EMISSION = [
@@ -58,19 +60,19 @@ NEXT_EMISSION = [
 @dataclass
 class Pair:
     name: str
-    original: Callable[[], torch.nn.Module]
-    migrated: Callable[[], torch.nn.Module]
+    original: Callable[..., torch.nn.Module]  # (**changes) -> model; changes: ModelArgs / config fields
+    migrated: Callable[..., torch.nn.Module]
     inputs: Callable[[], dict]
     original_tree: Path  # the directories whose code the model runs (for attributing ops)
     migrated_tree: Path
     layers: int
 
-    def build(self) -> tuple:
+    def build(self, **changes) -> tuple:
         """(original, migrated) in eval mode, from one seed, the migrated holding the original's weights."""
         torch.manual_seed(SEED)
-        original = self.original().eval()
+        original = self.original(**changes).eval()
         torch.manual_seed(SEED)
-        migrated = self.migrated().eval()
+        migrated = self.migrated(**changes).eval()
         migrated.load_state_dict(original.state_dict())
         return original, migrated
 
@@ -98,19 +100,32 @@ def _load(name: str, path: Path, package: str, search: list | None = None):
     return module
 
 
-def _demo(workdir: Path, emission: str, loaded: list) -> Pair:
+def _demo(workdir: Path, emission: str, loaded: list, session: int) -> Pair:
     out = migrate_tree(DEMO, workdir / "demo", emission)
     packages = {}
     for side, tree in (("original", DEMO), ("migrated", out)):
-        name = f"npu_cost_{side}_tinyllama"
+        name = f"npu_migrate_test_{side}{session}_tinyllama"
         loaded.append(name)
         packages[side] = _load(name, tree / "tinyllama" / "__init__.py", name, [str(tree / "tinyllama")])
     make = lambda: {"tokens": torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(SEED))}  # noqa: E731
     return Pair("demo tinyllama", packages["original"].build_tiny, packages["migrated"].build_tiny, make,
-                DEMO / "tinyllama", out / "tinyllama", layers=2)
+                DEMO / "tinyllama", out / "tinyllama", layers=packages["original"].ModelArgs().n_layers)
 
 
-def _transformers(workdir: Path, emission: str, loaded: list) -> Dict[str, Pair]:
+def _hf_maker(build: Callable[[], torch.nn.Module], module, **fixed) -> Callable[..., torch.nn.Module]:
+    """A builder of the factory's model class, taken from ``module``, with config fields changed."""
+
+    def make(**changes):
+        reference = build()  # the factory's config
+        config, changes = reference.config, {**fixed, **changes}
+        if changes:
+            config = type(config).from_dict({**config.to_dict(), "attn_implementation": "eager", **changes})
+        return getattr(module, type(reference).__name__)(config)
+
+    return make
+
+
+def _transformers(workdir: Path, emission: str, loaded: list, session: int) -> Dict[str, Pair]:
     from fixtures.real_code import factory  # imports transformers
 
     installed = Path(importlib.util.find_spec("transformers").origin).parent
@@ -119,35 +134,40 @@ def _transformers(workdir: Path, emission: str, loaded: list) -> Dict[str, Pair]
         shutil.copytree(installed / "models" / family, source / "models" / family,
                         ignore=shutil.ignore_patterns("__pycache__"))
     out = migrate_tree(source, workdir / "transformers", emission)
-    pairs = {}
-    for family, build in (("llama", factory.build_llama), ("mixtral", factory.build_mixtral)):
+    modules = {}
+    for family in ("llama", "mixtral"):
         package = f"transformers.models.{family}"
-        importlib.import_module(package)
-        glue = f"{package}.npu_glue"
-        migrated_name = f"{package}.npu_migrated_modeling_{family}"
-        loaded += [glue, migrated_name]
+        glue, migrated = f"{package}.npu_glue", f"{package}.npu_migrated{session}_modeling_{family}"
+        loaded += [glue, migrated]
         _load(glue, out / "models" / family / "npu_glue.py", package)
-        migrated = _load(migrated_name, out / "models" / family / f"modeling_{family}.py", package)
-
-        def build_migrated(build=build, migrated=migrated):
-            original = build()  # the factory's config, the migrated module's class
-            return getattr(migrated, type(original).__name__)(original.config)
-
-        pairs[family] = Pair(f"transformers {family}", build, build_migrated,
-                             lambda: factory.make_inputs(SEED, torch.float32),
-                             installed / "models" / family, out / "models" / family, layers=2)
+        modules[family] = (importlib.import_module(f"{package}.modeling_{family}"),
+                           _load(migrated, out / "models" / family / f"modeling_{family}.py", package))
+    inputs = lambda: factory.make_inputs(SEED, torch.float32)  # noqa: E731
+    cases = {  # key: (family, factory builder, fixed config changes)
+        "llama": ("llama", factory.build_llama, {}),
+        "mixtral": ("mixtral", factory.build_mixtral, {}),
+        # the experts as batched matmuls (not the eager loop, whose data-dependent indexing stops graph capture)
+        "mixtral-batched": ("mixtral", factory.build_mixtral, {"experts_implementation": "batched_mm"}),
+    }
+    pairs = {}
+    for key, (family, build, fixed) in cases.items():
+        original, migrated = modules[family]
+        pairs[key] = Pair(f"transformers {family}" + (", batched_mm experts" if fixed else ""),
+                          _hf_maker(build, original, **fixed), _hf_maker(build, migrated, **fixed), inputs,
+                          installed / "models" / family, out / "models" / family, layers=2)
     return pairs
 
 
 @contextlib.contextmanager
 def migrated_models(workdir: Path, emission: str = "current") -> Iterator[Dict[str, Pair]]:
-    """``{"demo": Pair, "llama": Pair, "mixtral": Pair}``, valid inside the ``with`` block."""
+    """``{"demo", "llama", "mixtral", "mixtral-batched": Pair}``, valid inside the ``with`` block."""
     import torch._dynamo  # noqa: F401 - before the emulator patches torch (see below)
 
     loaded: list = []
     with kernels.emulate():
         try:
-            pairs = {"demo": _demo(workdir, emission, loaded), **_transformers(workdir, emission, loaded)}
+            session = next(_sessions)
+            pairs = {"demo": _demo(workdir, emission, loaded, session), **_transformers(workdir, emission, loaded, session)}
             yield pairs
         finally:
             for name in [n for n in sys.modules if n in loaded or n.startswith(tuple(m + "." for m in loaded))]:
