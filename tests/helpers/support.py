@@ -5,6 +5,9 @@ from pathlib import Path
 import torch
 
 from npu_migrate import kernels
+from npu_migrate.migrate.parity.criteria import default_criteria
+from npu_migrate.migrate.parity.metrics import compare
+from npu_migrate.opmap import load_table
 from tests.helpers.dispatch_counts import OpCounter
 
 KERNELS = Path(kernels.__file__).resolve().parent  # the emulator: on hardware, inside the kernel
@@ -33,3 +36,17 @@ def dispatcher_op(name):
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+def tolerance(api, dtype):
+    """The op table's tolerance for ``api`` in ``dtype`` (as assert_close keywords)."""
+    t = load_table().get(api).tolerance[str(dtype).replace("torch.", "")]
+    return dict(rtol=t.rtol, atol=t.atol)
+
+
+def assert_parity(got, want, dtype):
+    """``migrate parity``'s criteria for ``dtype`` (criteria.yaml): for results of several rounded
+    steps, such as gradients under autocast, where one op's tolerance does not apply."""
+    criteria = default_criteria()[str(dtype).replace("torch.", "")]
+    verdict = criteria.judge(compare(want, got, rel_err=criteria.rel_err))
+    assert verdict is None, verdict

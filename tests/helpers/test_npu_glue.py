@@ -5,8 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from npu_migrate.opmap import load_table
-from tests.helpers.support import GLUE, qkv
+from tests.helpers.support import GLUE, qkv, tolerance as table_tolerance
 
 API = "torch.nn.functional.scaled_dot_product_attention"
 
@@ -18,8 +17,7 @@ def calls(spy):
 
 
 def tolerance(dtype):
-    t = load_table().get(API).tolerance[str(dtype).replace("torch.", "")]
-    return dict(rtol=t.rtol, atol=t.atol)
+    return table_tolerance(API, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
