@@ -28,9 +28,10 @@ def glue():
 
 @pytest.fixture
 def spy(glue, monkeypatch):
-    """``spy[op]``: how many times the helper called ``torch_npu.<op>``; ``spy.kwargs[op]`` their kwargs."""
+    """``spy[op]``: how many times the helper called ``torch_npu.<op>``; ``spy.args[op]`` and
+    ``spy.kwargs[op]``: the arguments of each call."""
     calls = Counter()
-    calls.kwargs = {}
+    calls.kwargs, calls.args = {}, {}
 
     def wrap(name):
         real = getattr(glue.torch_npu, name)
@@ -38,6 +39,7 @@ def spy(glue, monkeypatch):
         def spied(*args, **kwargs):
             calls[name] += 1
             calls.kwargs.setdefault(name, []).append(kwargs)
+            calls.args.setdefault(name, []).append(args)
             return real(*args, **kwargs)
 
         return spied

@@ -40,6 +40,29 @@ def test_sdpa_bool_mask_is_inverted_and_gqa_native(glue, calls, dtype):
     torch.testing.assert_close(got, want, **tolerance(dtype))
 
 
+def repeat_kv(t, groups):
+    """Hugging Face's repeat_kv: [B, Nkv, S, D] -> [B, Nkv * groups, S, D], head h reading kv head h // groups."""
+    b, n, s, d = t.shape
+    return t[:, :, None].expand(b, n, groups, s, d).reshape(b, n * groups, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gqa_kv_heads_reach_the_kernel_unrepeated(glue, spy, dtype):
+    """The helper side of native GQA: can_fuse and npu_mask take K/V with fewer heads, and the kernel
+    (head_num = query heads) computes what the eager code computes on repeat_kv copies."""
+    q, k, v = qkv(nq=8, nkv=2, sq=5, skv=5, dtype=dtype)
+    mask = torch.full((5, 5), float("-inf")).triu(1).to(dtype)[None, None]
+    assert glue.can_fuse(q, k, v, additive=mask)
+    got = glue.torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=glue.npu_mask(q, k, additive=mask),
+                                              scale=8 ** -0.5)[0]
+    scores = (q @ repeat_kv(k, 4).transpose(-2, -1)) * 8 ** -0.5 + mask
+    want = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype) @ repeat_kv(v, 4)
+    torch.testing.assert_close(got, want, **tolerance(dtype))
+    glue.sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert [a[1].shape[1] for a in spy.args["npu_fusion_attention"]] == [2, 2]  # K with 2 heads, as given
+    assert not glue.can_fuse(*qkv(nq=6, nkv=4))  # 4 KV heads do not divide 6 query heads
+
+
 def test_sdpa_padding_mask_broadcasts(glue, calls):
     q, k, v = qkv(sq=3, skv=5)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
