@@ -102,10 +102,9 @@ def _causal_mask(device):
 
 
 def causal_mask(device):
-    """The compressed 2048x2048 mask that sparse_mode 2/3 take (True = masked), built once per device."""
-    if _compiling():
-        return torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)
-    return _causal_mask(device)
+    """The compressed 2048x2048 mask that sparse_mode 2/3 take (True = masked), built once per device
+    (in the graph under torch.compile)."""
+    return (_causal_mask.__wrapped__ if _compiling() else _causal_mask)(device)
 
 
 def _shapes_fit(query, key, value, enable_gqa=True):
@@ -176,7 +175,7 @@ def _mask_values_fit(masks, values_proven, rows_proven):
     conditions = {}
     if additive and not values_proven:
         conditions["zero_or_minus_inf"] = lambda: reduce(
-            torch.logical_and, [((m == 0) | _term("additive", m)).all() for m in additive])
+            torch.logical_and, [((m == 0) | _combined([("additive", m)])).all() for m in additive])
     if not rows_proven:
         conditions["live_rows:" + ",".join(kind for kind, _ in masks)] = lambda: ~_combined(masks).all(dim=-1).any()
     return _holds([m for _, m in masks], conditions)
@@ -419,23 +418,24 @@ def swiglu_halves(act, gate_up):
 
 
 def _hooks(module):
+    """The hook tables a call of ``module`` runs: its own and the global ones, forward and backward."""
     glob = torch.nn.modules.module
-    return (module._forward_hooks, module._forward_pre_hooks,
-            getattr(glob, "_global_forward_hooks", {}), getattr(glob, "_global_forward_pre_hooks", {}))
+    kinds = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
+    return [getattr(module, "_" + kind, {}) for kind in kinds] + [getattr(glob, "_global_" + kind, {}) for kind in kinds]
 
 
 def _plain_linear(module):
     """``module(x)`` is exactly ``F.linear(x, module.weight, module.bias)``: an nn.Linear whose forward
-    is not overridden, with its own plain parameters (no parametrization, pruning or quantized
-    weights) and no forward hooks other than observers (hooks marked ``hook.observes_only = True``
-    do not change inputs or outputs; they do not see the fused call)."""
+    is not overridden, with its own plain parameters (no parametrization, pruning, quantized or
+    inference-mode weights) and no hooks other than observers (hooks marked ``hook.observes_only =
+    True`` change no input, output or gradient; they do not see the fused call)."""
     if not isinstance(module, torch.nn.Linear) or getattr(module.forward, "__func__", None) is not torch.nn.Linear.forward:
         return False
     params = module._parameters
     weight = params.get("weight")
     if weight is None or weight is not module.weight or params.get("bias") is not module.bias:
         return False
-    if any(type(t) not in (torch.nn.Parameter, torch.Tensor) for t in (weight, module.bias) if t is not None):
+    if not all(type(t) in (torch.nn.Parameter, torch.Tensor) and not t.is_inference() for t in (weight, module.bias) if t is not None):
         return False
     return all(getattr(h, "observes_only", False) for hooks in _hooks(module) for h in hooks.values())
 
@@ -487,7 +487,10 @@ class _PairedLinear(torch.autograd.Function):
 def swiglu_linear(act, gate, up, x):
     """``act(gate(x)) * up(x)`` for two nn.Linear projections: one matmul against the concatenated
     [gate; up] weight, whose output is already npu_swiglu's [gate | up] input (no per-call copy of the
-    activations). Gradients reach gate's and up's own parameters."""
+    activations). Gradients reach gate's and up's own parameters. Cost: the concatenation holds both
+    weights once more in memory and is rebuilt whenever they change (in training once per optimizer
+    step: a copy of the weights, not of the activations); ``CONCAT_WEIGHTS = False`` trades the
+    fusion for that memory."""
     fits = (CONCAT_WEIGHTS and is_silu(act) and torch.is_tensor(x) and x.numel() > 0
             and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
             and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)

@@ -143,6 +143,9 @@ def unfused_cases(glue):
     def pre_hooked(m):
         m.up.register_forward_pre_hook(lambda mod, args: (args[0] * 3,))
 
+    def backward_hooked(m):  # runs only when the module itself is called
+        m.gate.register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+
     def overridden(m):
         state = m.gate.state_dict()
         m.gate = OverriddenLinear(DIM, HIDDEN, bias=False)
@@ -158,13 +161,18 @@ def unfused_cases(glue):
     def parametrized(m):
         torch.nn.utils.parametrize.register_parametrization(m.up, "weight", Doubled())
 
+    def inference_weights(m):  # no version counter to key the concatenation on
+        with torch.inference_mode():
+            m.gate.weight = nn.Parameter(m.gate.weight.detach().clone())
+
     def gelu(m):
         m.act = F.gelu
 
     def disabled(m):
         glue.CONCAT_WEIGHTS = False
 
-    return {f.__name__: f for f in (hooked, pre_hooked, overridden, instance_forward, pruned, parametrized, gelu, disabled)}
+    return {f.__name__: f for f in (hooked, pre_hooked, backward_hooked, overridden, instance_forward, pruned,
+                                    parametrized, inference_weights, gelu, disabled)}
 
 
 class Doubled(nn.Module):
@@ -172,8 +180,8 @@ class Doubled(nn.Module):
         return 2 * w
 
 
-@pytest.mark.parametrize("case", ["hooked", "pre_hooked", "overridden", "instance_forward", "pruned", "parametrized",
-                                  "gelu", "disabled"])
+@pytest.mark.parametrize("case", ["hooked", "pre_hooked", "backward_hooked", "overridden", "instance_forward", "pruned",
+                                  "parametrized", "inference_weights", "gelu", "disabled"])
 def test_sites_the_fused_path_cannot_reproduce_run_the_original(glue, spy, monkeypatch, case):
     monkeypatch.setattr(glue, "CONCAT_WEIGHTS", True)  # restored after "disabled"
     original, migrated = pair(glue)
