@@ -484,17 +484,21 @@ class _PairedLinear(torch.autograd.Function):
         return grad_x, None, None, *grad_w, *grad_b
 
 
-def swiglu_linear(act, gate, up, x):
+def swiglu_linear(act, gate, up, x, *, up_first=False):
     """``act(gate(x)) * up(x)`` for two nn.Linear projections: one matmul against the concatenated
     [gate; up] weight, whose output is already npu_swiglu's [gate | up] input (no per-call copy of the
     activations). Gradients reach gate's and up's own parameters. Cost: the concatenation holds both
     weights once more in memory and is rebuilt whenever they change (in training once per optimizer
     step: a copy of the weights, not of the activations); ``CONCAT_WEIGHTS = False`` trades the
-    fusion for that memory."""
+    fusion for that memory. Elsewhere the original runs, calling ``up`` first with ``up_first=True``
+    (for ``up(x) * act(gate(x))``: the order matters to modules that draw random numbers)."""
     fits = (CONCAT_WEIGHTS and is_silu(act) and torch.is_tensor(x) and x.numel() > 0
             and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
             and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
             and x.shape[-1] == gate.weight.shape[1])
+    if not fits and up_first:
+        up_out = up(x)
+        return act(gate(x)) * up_out
     if not fits:
         return act(gate(x)) * up(x)
     weight, bias = _concat(gate, up)

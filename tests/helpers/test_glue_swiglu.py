@@ -197,6 +197,25 @@ def test_sites_the_fused_path_cannot_reproduce_run_the_original(glue, spy, monke
     assert spy["npu_swiglu"] == 0
 
 
+@pytest.mark.parametrize("up_first", [False, True])
+def test_fallback_calls_the_projections_in_the_originals_order(glue, up_first):
+    calls = []
+
+    class Recorded(nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, x):
+            calls.append(self.name)
+            return x + len(self.name)
+
+    gate, up, x = Recorded("gate"), Recorded("up"), tokens()
+    got = glue.swiglu_linear(F.silu, gate, up, x, up_first=up_first)
+    assert calls == (["up", "gate"] if up_first else ["gate", "up"])
+    torch.testing.assert_close(got, F.silu(x + 4) * (x + 2))
+
+
 def test_observer_hooks_do_not_stop_fusion(glue, spy):
     """A hook marked ``observes_only`` changes nothing, so the fused path may skip it (it sees no call)."""
     original, migrated = pair(glue)
