@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 # (model, backend); Mixtral with its eager experts loop is left out: the loop indexes by data-dependent
 # counts, so neither the original nor the migrated model traces with fullgraph=True (benchmarks/npu_cost.py
 # shows both); with batched_mm experts both do.
-COMPILE_CASES = [("demo", "eager"), ("demo", "aot_eager"), ("llama", "aot_eager"), ("mixtral-batched", "aot_eager")]
+COMPILE_CASES = [("current", "demo", "eager"), ("current", "demo", "aot_eager"), ("current", "llama", "aot_eager"),
+                 ("current", "mixtral-batched", "aot_eager"), ("upcoming", "llama", "aot_eager")]
 
 
 def logits(output):
@@ -45,9 +46,9 @@ def glue_counts(pair, model, forwards=2):
     return counters
 
 
-@pytest.mark.parametrize("case,backend", COMPILE_CASES)
-def test_fullgraph_compile_traces_the_migrated_model(current, case, backend):
-    pair = current[case]
+@pytest.mark.parametrize("emission,case,backend", COMPILE_CASES)
+def test_fullgraph_compile_traces_the_migrated_model(request, emission, case, backend):
+    pair = request.getfixturevalue(emission)[case]
     original, migrated = pair.build()
     inputs = pair.inputs()
     torch._dynamo.reset()
