@@ -7,8 +7,10 @@ module under a name of its own beside the original and yields one ``Pair`` per m
 the original and the migrated model from one seed with the same weights, and the inputs. The
 migrated Hugging Face modules are imported as ``transformers.models.<family>.npu_migrated<n>_<file>``
 so that their relative imports reach the installed package; their ``from . import npu_glue`` finds
-the migrated tree's copy, registered for the duration. Shared by ``tests/helpers/test_compile.py``
-and ``benchmarks/npu_cost.py``.
+the migrated tree's copy, set as the package's ``npu_glue`` attribute for the duration and named
+``...npu_glue<n>`` (<n> counts the sessions: dynamo keeps aliases of the modules it traced by name,
+so a later session must not reuse a name). Shared by ``tests/helpers/test_glue_models.py`` and
+``benchmarks/npu_cost.py``.
 
 torch.compile under the emulator needs ``torch._dynamo`` imported before the first
 ``kernels.emulate()`` of the process: dynamo snapshots torch's functions when it is imported, and
@@ -125,7 +127,7 @@ def _hf_maker(build: Callable[[], torch.nn.Module], module, **fixed) -> Callable
     return make
 
 
-def _transformers(workdir: Path, emission: str, loaded: list, session: int) -> Dict[str, Pair]:
+def _transformers(workdir: Path, emission: str, loaded: list, session: int, attach) -> Dict[str, Pair]:
     from fixtures.real_code import factory  # imports transformers
 
     installed = Path(importlib.util.find_spec("transformers").origin).parent
@@ -137,9 +139,9 @@ def _transformers(workdir: Path, emission: str, loaded: list, session: int) -> D
     modules = {}
     for family in ("llama", "mixtral"):
         package = f"transformers.models.{family}"
-        glue, migrated = f"{package}.npu_glue", f"{package}.npu_migrated{session}_modeling_{family}"
+        glue, migrated = f"{package}.npu_glue{session}", f"{package}.npu_migrated{session}_modeling_{family}"
         loaded += [glue, migrated]
-        _load(glue, out / "models" / family / "npu_glue.py", package)
+        attach(importlib.import_module(package), "npu_glue", _load(glue, out / "models" / family / "npu_glue.py", package))
         modules[family] = (importlib.import_module(f"{package}.modeling_{family}"),
                            _load(migrated, out / "models" / family / f"modeling_{family}.py", package))
     inputs = lambda: factory.make_inputs(SEED, torch.float32)  # noqa: E731
@@ -163,12 +165,24 @@ def migrated_models(workdir: Path, emission: str = "current") -> Iterator[Dict[s
     """``{"demo", "llama", "mixtral", "mixtral-batched": Pair}``, valid inside the ``with`` block."""
     import torch._dynamo  # noqa: F401 - before the emulator patches torch (see below)
 
-    loaded: list = []
+    loaded: list = []  # module names
+    attached: list = []  # (package, attribute, the value it had): restored in reverse (sessions may nest)
+
+    def attach(package, name, module):
+        attached.append((package, name, vars(package).get(name, attached)))
+        setattr(package, name, module)
+
     with kernels.emulate():
         try:
             session = next(_sessions)
-            pairs = {"demo": _demo(workdir, emission, loaded, session), **_transformers(workdir, emission, loaded, session)}
+            pairs = {"demo": _demo(workdir, emission, loaded, session),
+                     **_transformers(workdir, emission, loaded, session, attach)}
             yield pairs
         finally:
             for name in [n for n in sys.modules if n in loaded or n.startswith(tuple(m + "." for m in loaded))]:
                 sys.modules.pop(name)
+            for package, name, before in reversed(attached):
+                if before is attached:
+                    vars(package).pop(name, None)
+                else:
+                    setattr(package, name, before)

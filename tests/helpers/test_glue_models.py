@@ -13,11 +13,12 @@ from tests.helpers.support import GLUE, KERNELS
 
 pytest.importorskip("transformers")
 
-# (model, backend); Mixtral with its eager experts loop is left out: the loop indexes by data-dependent
-# counts, so neither the original nor the migrated model traces with fullgraph=True (benchmarks/npu_cost.py
-# shows both); with batched_mm experts both do.
-COMPILE_CASES = [("current", "demo", "eager"), ("current", "demo", "aot_eager"), ("current", "llama", "aot_eager"),
-                 ("current", "mixtral-batched", "aot_eager"), ("upcoming", "llama", "aot_eager")]
+# (emission, model); backend aot_eager (dynamo and AOT autograd's tracing; "eager" is its first half).
+# Mixtral with its eager experts loop is left out: the loop indexes by data-dependent counts, so neither
+# the original nor the migrated model traces with fullgraph=True; with batched_mm experts both do
+# (benchmarks/npu_cost.py compiles the originals too and prints both).
+COMPILE_CASES = [("current", "demo"), ("current", "llama"), ("current", "mixtral-batched"),
+                 ("upcoming", "llama"), ("upcoming", "mixtral-batched")]
 
 
 def logits(output):
@@ -46,8 +47,8 @@ def glue_counts(pair, model, forwards=2):
     return counters
 
 
-@pytest.mark.parametrize("emission,case,backend", COMPILE_CASES)
-def test_fullgraph_compile_traces_the_migrated_model(request, emission, case, backend):
+@pytest.mark.parametrize("emission,case", COMPILE_CASES)
+def test_fullgraph_compile_traces_the_migrated_model(request, emission, case):
     pair = request.getfixturevalue(emission)[case]
     original, migrated = pair.build()
     inputs = pair.inputs()
@@ -55,12 +56,9 @@ def test_fullgraph_compile_traces_the_migrated_model(request, emission, case, ba
     try:
         with torch.no_grad():
             want = logits(original(**inputs))
-            compiled_original = logits(torch.compile(original, fullgraph=True, backend=backend)(**inputs))
-            torch._dynamo.reset()
-            got = logits(torch.compile(migrated, fullgraph=True, backend=backend)(**inputs))
+            got = logits(torch.compile(migrated, fullgraph=True, backend="aot_eager")(**inputs))
     finally:
         torch._dynamo.reset()
-    torch.testing.assert_close(compiled_original, want)
     torch.testing.assert_close(got, want)
 
 
