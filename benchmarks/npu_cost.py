@@ -8,7 +8,8 @@ original and the migrated model measured in this run:
   ``equal``) whose Python stack passes through the model's own tree but not through the
   emulator's kernels, for the first forward (cold caches) and the mean of the next ones; "added"
   is migrated minus original (negative where a fused kernel replaced the original's op), "in
-  npu_glue" those dispatched by the vendored helper itself;
+  npu_glue" those dispatched by the vendored helper itself (mean over the forwards), also for the
+  same model with three times the layers (syncs must not grow with depth);
 - ``aten::cat`` and repeat (``repeat``, ``repeat_interleave``, copies of expanded tensors) ops per
   forward, same attribution, and weight_cat: concatenations of parameters (swiglu_linear's
   [gate; up] weight, built once per weight version);
@@ -97,8 +98,10 @@ def measure(pair: Pair, forwards: int) -> list:
     (o_cold, o_warm, _), (m_cold, m_warm, glue) = rows["original"], rows["migrated"]
     added = {k: (m_cold.get(k, 0) - o_cold.get(k, 0), m_warm[k] - o_warm[k]) for k in KINDS}
     lines.append("  added     per forward: " + ", ".join(f"{k} {a} first / {b:.1f} next" for k, (a, b) in added.items()))
+    _, deeper = pair.build(**{pair.depth: 3 * pair.layers})
+    deep_glue = per_forward(deeper, inputs, pair.migrated_tree, forwards)[2]
     lines.append("  in npu_glue per forward: " + ", ".join(f"{k} {glue[k]:.1f}" for k in KINDS)
-                 + f" (syncs per layer {glue['sync'] / pair.layers:.2f})")
+                 + f"; syncs at {3 * pair.layers} layers: {deep_glue['sync']:.1f} per forward")
     for side, model in (("original", original), ("migrated", migrated)):
         lines.append(f"  compile   {side:<9} fullgraph: {compiled(model, inputs, reference)}")
     return lines

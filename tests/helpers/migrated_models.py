@@ -68,6 +68,7 @@ class Pair:
     original_tree: Path  # the directories whose code the model runs (for attributing ops)
     migrated_tree: Path
     layers: int
+    depth: str  # the change that sets the number of layers: build(**{depth: n})
 
     def build(self, **changes) -> tuple:
         """(original, migrated) in eval mode, from one seed, the migrated holding the original's weights."""
@@ -111,7 +112,7 @@ def _demo(workdir: Path, emission: str, loaded: list, session: int) -> Pair:
         packages[side] = _load(name, tree / "tinyllama" / "__init__.py", name, [str(tree / "tinyllama")])
     make = lambda: {"tokens": torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(SEED))}  # noqa: E731
     return Pair("demo tinyllama", packages["original"].build_tiny, packages["migrated"].build_tiny, make,
-                DEMO / "tinyllama", out / "tinyllama", layers=packages["original"].ModelArgs().n_layers)
+                DEMO / "tinyllama", out / "tinyllama", layers=packages["original"].ModelArgs().n_layers, depth="n_layers")
 
 
 def _hf_maker(build: Callable[[], torch.nn.Module], module, **fixed) -> Callable[..., torch.nn.Module]:
@@ -156,7 +157,7 @@ def _transformers(workdir: Path, emission: str, loaded: list, session: int, atta
         original, migrated = modules[family]
         pairs[key] = Pair(f"transformers {family}" + (", batched_mm experts" if fixed else ""),
                           _hf_maker(build, original, **fixed), _hf_maker(build, migrated, **fixed), inputs,
-                          installed / "models" / family, out / "models" / family, layers=2)
+                          installed / "models" / family, out / "models" / family, layers=2, depth="num_hidden_layers")
     return pairs
 
 

@@ -62,22 +62,18 @@ def test_fullgraph_compile_traces_the_migrated_model(request, emission, case):
     torch.testing.assert_close(got, want)
 
 
-def test_guard_syncs_do_not_grow_with_depth(current):
-    pair = current["demo"]
-    per_depth = {}
-    for layers in (2, 6):
-        _, migrated = pair.build(n_layers=layers)
-        per_depth[layers] = [c["sync"] for c in glue_counts(pair, migrated)]
-    # first forward: the causal mask (new every forward) and the rotary table (a buffer); then the mask only
-    assert per_depth == {2: [2, 1], 6: [2, 1]}
+# per forward (first, second): the demo checks its causal mask (new every forward) and its rotary table (a
+# buffer: checked once); the Hugging Face models build a new additive mask and new cos/sin tables every
+# forward: one check each. At 2 layers and at 6 alike.
+SYNCS = {"demo": [2, 1], "llama": [2, 2], "mixtral": [2, 2]}
 
 
-@pytest.mark.parametrize("case", ["llama", "mixtral"])
-def test_hugging_face_guards_sync_once_per_mask_and_table(current, case):
+@pytest.mark.parametrize("case", sorted(SYNCS))
+def test_guard_syncs_are_per_mask_and_table_not_per_layer(current, case):
     pair = current[case]
-    _, migrated = pair.build()
-    # the model builds a new additive mask and new cos/sin tables every forward: one check each
-    assert [c["sync"] for c in glue_counts(pair, migrated)] == [2, 2]
+    for layers in (2, 6):
+        _, migrated = pair.build(**{pair.depth: layers})
+        assert [c["sync"] for c in glue_counts(pair, migrated)] == SYNCS[case], f"{layers} layers"
 
 
 @pytest.mark.parametrize("case", ["demo", "llama"])
