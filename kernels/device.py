@@ -199,7 +199,17 @@ def with_device_args(fn: Callable, dmap: DeviceMap, ints: bool = False) -> Calla
 
 
 class _ProxyMeta(type):
-    """Metaclass of the stand-in classes: ``isinstance`` answers for the real class."""
+    """Metaclass of the stand-in classes: ``isinstance`` answers for the real class, and the
+    stand-in compares equal to it (torch.fx's code generator tests ``obj != torch.device``)."""
+
+    def __eq__(cls, other):
+        return other is cls or other is cls._real
+
+    def __ne__(cls, other):
+        return not (other is cls or other is cls._real)
+
+    def __hash__(cls):
+        return hash(cls._real)
 
     def __instancecheck__(cls, obj):
         return isinstance(obj, cls._real)

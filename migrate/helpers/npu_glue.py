@@ -1,18 +1,32 @@
 """Glue for code migrated to Ascend NPUs by npu-migrate (vendored: part of your diff, edit freely).
 
-The fused ``torch_npu`` kernels are exact replacements only under conditions that are known at run
-time (dtype, rank, head dim, mask values, a SiLU activation, no autograd for the inference-only
+The fused ``torch_npu`` kernels are exact replacements only under conditions known at run time
+(dtype, rank, head dim, mask values, a SiLU activation, no autograd for the inference-only
 kernels). The functions here check those conditions and convert masks to the NPU convention; every
-migrated call site falls back to its original code when they do not hold. Sections: attention,
-rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only torch, torch_npu, math, functools, sys.
+migrated call site falls back to its original code when they do not hold.
+
+Cost on the hot path: a guard reads shapes, dtypes, devices, Python values and flags. Conditions
+on tensor *values* (an additive mask holds only 0 and minus infinity, no query row is masked
+entirely, rotary tables lie in [-1, 1]) need a device->host sync, so each is checked once per
+distinct tensor and remembered while that tensor lives unchanged (identity + version counter:
+an in-place change re-checks); a forward pass then pays one sync per distinct mask or table, not
+one per layer. Inference tensors (``torch.inference_mode``) have no version counter and are
+checked on every call. A rule that can see where a mask or table comes from passes a proof flag
+(``mask_values_proven``, ``live_rows_proven``, ``table_proven``) and no check runs at all. Under
+``torch.compile`` an unproven value condition is never evaluated: the original code runs, so the
+graph has no data-dependent branch.
+
+Sections: value checks, attention, rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only
+torch, torch_npu, math, functools and sys.
 """
 
 import math
 import sys
-from functools import lru_cache
+from functools import lru_cache, reduce
 
 import torch
 import torch_npu
+from torch.utils.weak import WeakIdKeyDictionary, WeakIdRef
 
 #: Largest head dim and head count npu_fusion_attention takes.
 MAX_HEAD_DIM = 768
@@ -25,16 +39,86 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 npu_glue = sys.modules[__name__]
 
 
+# -- value checks, once per distinct tensor ------------------------------------------------------
+
+
+def _compiling():
+    return torch.compiler.is_compiling()
+
+
+class _Memo:
+    """Results computed from tensors' values, reused while every tensor lives unchanged.
+
+    An entry is keyed by each tensor's base (views share it and its version counter), the view's
+    data pointer, shape, strides and dtype, and is valid while the version counters are unchanged.
+    It holds only weak references to the tensors and is dropped when one is freed, so a new tensor
+    that reuses a freed one's id never sees its result; at most ``size`` entries are kept.
+    """
+
+    def __init__(self, size=64):
+        self._entries = {}
+        self._size = size
+
+    def get(self, tensors, extra, compute):
+        if not all(_versioned(t) for t in tensors):
+            return compute()
+        bases = [t if t._base is None else t._base for t in tensors]
+        key = (extra, *((id(b), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for b, t in zip(bases, tensors)))
+        versions = tuple(t._version for t in tensors)
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] == versions and all(r() is b for r, b in zip(entry[0], bases)):
+            return entry[2]
+        value = compute()
+        drop = lambda _ref, key=key: self._entries.pop(key, None)  # noqa: E731
+        self._entries.pop(key, None)
+        self._entries[key] = (tuple(WeakIdRef(b, drop) for b in bases), versions, value)
+        while len(self._entries) > self._size:
+            self._entries.pop(next(iter(self._entries)))
+        return value
+
+
+def _versioned(t):
+    """A plain strided tensor with a version counter (inference tensors have none)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_inference()
+
+
+_converted = _Memo()  # attention masks in the NPU convention
+_checked = _Memo()  # value conditions: True / False
+
+
+def _holds(tensors, conditions):
+    """Whether every condition (name -> a function giving a 0-d bool tensor over ``tensors``' values)
+    holds: one sync per distinct tensors. Pass only the unproven conditions; under torch.compile, or
+    on meta tensors, an unproven condition counts as not holding."""
+    if not conditions:
+        return True
+    if _compiling() or any(t.is_meta for t in tensors):
+        return False
+    names = tuple(sorted(conditions))
+    with torch.no_grad():
+        return _checked.get(tensors, names, lambda: bool(reduce(torch.logical_and, [conditions[n]() for n in names])))
+
+
+# -- attention ----------------------------------------------------------------------------------------
+
+
 @lru_cache(maxsize=None)
-def causal_mask(device):
-    """The compressed 2048x2048 mask that sparse_mode 2/3 take (True = masked), built once per device."""
+def _causal_mask(device):
     return torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)
+
+
+def causal_mask(device):
+    """The compressed 2048x2048 mask that sparse_mode 2/3 take (True = masked), built once per device
+    (in the graph under torch.compile)."""
+    return (_causal_mask.__wrapped__ if _compiling() else _causal_mask)(device)
 
 
 def _shapes_fit(query, key, value, enable_gqa=True, cast_value=False):
     """q/k/v are [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts (``cast_value``:
-    the call casts v to q's dtype and the result back to v's, so v may have another float dtype)."""
-    if not (query.dim() == key.dim() == value.dim() == 4):
+    the call casts v to q's dtype and the result back to v's, so v may have another float dtype).
+    With fewer K/V heads (GQA) they go to the kernel as they are: head_num is the query's, K/V heads
+    divide it."""
+    if not all(torch.is_tensor(t) for t in (query, key, value)) or not query.dim() == key.dim() == value.dim() == 4:
         return False
     if query.dtype not in _FLOATS or key.dtype != query.dtype:
         return False
@@ -49,39 +133,62 @@ def _shapes_fit(query, key, value, enable_gqa=True, cast_value=False):
 def _broadcasts(mask, query, key):
     """``mask`` broadcasts to the [B, N, Sq, Skv] scores without growing them."""
     scores = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-    if mask.dim() > 4:
-        return False
-    return all(m in (1, s) for m, s in zip(mask.shape[::-1], scores[::-1]))
+    return mask.dim() <= 4 and all(m in (1, s) for m, s in zip(mask.shape[::-1], scores[::-1]))
 
 
 def _fit(masked, query, key):
-    """``masked`` expanded to a shape npu_fusion_attention takes: [B, 1 or N, Sq, Skv]."""
+    """``masked`` expanded (a view) to a shape npu_fusion_attention takes: [B, 1 or N, Sq, Skv]."""
     while masked.dim() < 4:
         masked = masked.unsqueeze(0)
     b, n, sq, skv = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
     return masked.expand(b, n if masked.shape[1] != 1 else 1, sq, skv)
 
 
-def _terms(query, key, additive, masked, keep):
-    """The mask terms as bool tensors (True = masked out), or None when one cannot be converted."""
-    terms = []
-    for mask, kind in ((additive, "additive"), (masked, "masked"), (keep, "keep")):
-        if mask is None:
-            continue
-        if not torch.is_tensor(mask) or not _broadcasts(mask, query, key):
+def _masks(query, key, additive, masked, keep):
+    """The (kind, mask) pairs given, or None when one is not a tensor of the right dtype and shape."""
+    masks = [(kind, m) for kind, m in (("additive", additive), ("masked", masked), ("keep", keep)) if m is not None]
+    for kind, m in masks:
+        if not torch.is_tensor(m) or not _broadcasts(m, query, key):
             return None
-        if kind == "additive":
-            if not mask.is_floating_point():
-                return None
-            term = mask <= torch.finfo(mask.dtype).min / 2  # "minus infinity": -inf or about dtype min
-            if not bool(((mask == 0) | term).all()):  # only 0 and minus infinity convert exactly
-                return None
-        else:
-            if mask.dtype != torch.bool:
-                return None
-            term = mask if kind == "masked" else ~mask
-        terms.append(_fit(term, query, key))
-    return terms
+        if not (m.is_floating_point() if kind == "additive" else m.dtype == torch.bool):
+            return None
+    return masks
+
+
+def _term(kind, mask):
+    """One mask as a bool tensor, True = masked out. Additive "minus infinity": -inf or about dtype min."""
+    if kind == "additive":
+        return mask <= torch.finfo(mask.dtype).min / 2
+    return mask if kind == "masked" else ~mask
+
+
+def _combined(masks):
+    """The masks as one bool tensor (True = masked out, not yet expanded), converted once per distinct masks."""
+    tensors = [m for _, m in masks]
+    if _compiling():
+        return reduce(torch.logical_or, [_term(kind, m) for kind, m in masks])
+
+    def convert():  # never hold a mask itself (it would stay alive): its index instead
+        terms = [_term(kind, m) for kind, m in masks]
+        combined = reduce(torch.logical_or, terms)
+        return next((i for i, m in enumerate(tensors) if combined is m), combined)
+
+    with torch.no_grad():
+        result = _converted.get(tensors, tuple(kind for kind, _ in masks), convert)
+    return tensors[result] if isinstance(result, int) else result
+
+
+def _mask_values_fit(masks, values_proven, rows_proven):
+    """An additive mask holds only 0 and minus infinity (the values that convert exactly), and no query
+    row masks out every key (eager softmax makes such a row NaN or uniform; the kernel does not)."""
+    additive = [m for kind, m in masks if kind == "additive"]
+    conditions = {}
+    if additive and not values_proven:
+        conditions["zero_or_minus_inf"] = lambda: reduce(
+            torch.logical_and, [((m == 0) | _combined([("additive", m)])).all() for m in additive])
+    if not rows_proven:
+        conditions["live_rows:" + ",".join(kind for kind, _ in masks)] = lambda: ~_combined(masks).all(dim=-1).any()
+    return _holds([m for _, m in masks], conditions)
 
 
 def is_scalar(value):
@@ -91,7 +198,8 @@ def is_scalar(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None, cast_value=False):
+def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None,
+             mask_values_proven=False, live_rows_proven=False, cast_value=False):
     """True when npu_fusion_attention computes what the eager attention code does.
 
     ``additive``: a float mask added to the scores (only 0 and values <= dtype min / 2 convert);
@@ -99,33 +207,31 @@ def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal
     True = attend (``torch.where(keep, w, min)``); ``causal``: the lower-triangular buffer slice the
     code applies, which must cover the whole [Sq, Skv] score matrix. A row with every key masked
     makes the eager softmax NaN or uniform, which the kernel does not reproduce: those fall back.
-    ``cast_value``: the fused call runs in q's dtype and casts the result to v's.
+
+    Proofs a rule may pass when it sees how the masks are built (they skip the value checks):
+    ``mask_values_proven=True`` when the additive mask holds only 0 and -inf / dtype min by
+    construction: ``torch.full(..., -inf)`` then ``torch.triu``/``tril``, ``masked_fill(cond,
+    -inf or finfo.min)`` of zeros, or a Hugging Face masking utility (``create_causal_mask`` and
+    friends, eager output); ``live_rows_proven=True`` when no query row can be masked entirely: a
+    ``torch.tril``/``triu(diagonal=1)`` causal mask with Sq <= Skv and no padding term. A padding
+    mask never proves live rows (left padding masks whole rows). ``cast_value``: the fused call runs
+    in q's dtype and casts the result to v's.
     """
     if not _shapes_fit(query, key, value, cast_value=cast_value):
         return False
     if causal is not None and (tuple(causal.shape[-2:]) != (query.shape[2], key.shape[2]) or query.shape[2] > key.shape[2]):
         return False
-    terms = _terms(query, key, additive, masked, keep)
-    if terms is None:
+    masks = _masks(query, key, additive, masked, keep)
+    if masks is None:
         return False
-    if terms:
-        dead = terms[0]
-        for term in terms[1:]:
-            dead = dead | term
-        if bool(dead.all(dim=-1).any()):
-            return False
-    return True
+    return not masks or _mask_values_fit(masks, mask_values_proven, live_rows_proven)
 
 
-def npu_mask(query, key, *, additive=None, masked=None, keep=None):
-    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted."""
-    terms = _terms(query, key, additive, masked, keep)
-    if not terms:
-        return None
-    combined = terms[0]
-    for term in terms[1:]:
-        combined = combined | term
-    return combined
+def npu_mask(query, key, *, additive=None, masked=None, keep=None, **proofs):
+    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted; the conversion
+    ``can_fuse`` made is reused (``proofs``: the flags passed to can_fuse, accepted for symmetry)."""
+    masks = _masks(query, key, additive, masked, keep)
+    return _fit(_combined(masks), query, key) if masks else None
 
 
 def attention_weights_requested(module, kwargs):
@@ -141,40 +247,29 @@ def attention_weights_requested(module, kwargs):
     return bool(requested)
 
 
-def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False,
+         mask_values_proven=False, live_rows_proven=False):
     """``torch.nn.functional.scaled_dot_product_attention`` on the fused NPU kernel when it is exact.
 
     Differences handled here: the NPU mask is True = masked out (an SDPA bool mask is True =
     attend); SDPA's ``is_causal`` is aligned top-left, which is sparse_mode 2 with the compressed
     mask; the NPU scale defaults to 1.0, SDPA's to 1/sqrt(D); rows with every key masked give 0 in
-    SDPA, which needs ``inner_precise=2``. Anything else runs the original SDPA.
+    SDPA, which needs ``inner_precise=2`` (a float mask's -inf rows give 0 too, but its dtype-min
+    rows a uniform average: float masks with dead rows are not converted). The proofs are
+    ``can_fuse``'s. Anything else runs the original SDPA.
     """
-    fused = (
-        _shapes_fit(query, key, value, enable_gqa)
-        and (attn_mask is None or not is_causal)
-        and 0.0 <= dropout_p < 1.0
-    )
-    atten_mask, sparse_mode, inner_precise = None, 0, 0
-    if fused and is_causal:
-        atten_mask, sparse_mode = causal_mask(query.device), 2
-    elif fused and attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            terms = _terms(query, key, None, None, attn_mask)
-            inner_precise = 2  # fully masked rows: 0, as in SDPA
-        else:
-            terms = _terms(query, key, attn_mask, None, None)
-            # -inf rows give 0 in SDPA, dtype-min rows a uniform average: not converted
-            fused = terms is not None and not bool(terms[0].all(dim=-1).any())
-        fused = fused and terms is not None
-        atten_mask = terms[0] if fused else None
-    if not fused:
+    fused = _shapes_fit(query, key, value, enable_gqa) and (attn_mask is None or not is_causal) and 0.0 <= dropout_p < 1.0
+    keep = torch.is_tensor(attn_mask) and attn_mask.dtype == torch.bool
+    masks = [] if attn_mask is None or not fused else _masks(query, key, None if keep else attn_mask, None, attn_mask if keep else None)
+    if not (fused and masks is not None and (keep or not masks or _mask_values_fit(masks, mask_values_proven, live_rows_proven))):
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa)
+    atten_mask = _fit(_combined(masks), query, key) if masks else causal_mask(query.device) if is_causal else None
     return torch_npu.npu_fusion_attention(
         query, key, value, query.shape[1], "BNSD", atten_mask=atten_mask,
         scale=1 / math.sqrt(query.shape[-1]) if scale is None else scale,
-        keep_prob=1.0 - dropout_p, sparse_mode=sparse_mode, inner_precise=inner_precise)[0]
+        keep_prob=1.0 - dropout_p, sparse_mode=2 if is_causal else 0, inner_precise=2 if keep else 0)[0]
 
 
 # -- rotary position embedding ----------------------------------------------------------------------
@@ -218,9 +313,13 @@ def _limits_hold(batch, heads, mode, grads):
     return batch < ROTARY_MAX_BATCH_HEADS and heads < ROTARY_MAX_BATCH_HEADS
 
 
-def rotary_fits(x, cos, sin, mode="half"):
+def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
     """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
-    original code does (same result shape and dtype, no broadcasting the kernel lacks)."""
+    original code does (same result shape and dtype, no broadcasting the kernel lacks, tables in
+    [-1, 1]: checked once per table). A rule may pass ``table_proven=True`` when cos and sin come
+    straight from ``torch.cos``/``torch.sin`` (or ``.cos()``/``.sin()``) through views, slicing,
+    indexing, ``cat``/``repeat`` of such tables, ``unsqueeze`` and dtype casts only: a product
+    (Hugging Face's ``* attention_scaling``) breaks the proof."""
     if not all(torch.is_tensor(t) for t in (x, cos, sin)):
         return False
     if x.dim() != 4 or cos.dim() != 4 or cos.shape != sin.shape or x.numel() == 0:
@@ -236,8 +335,8 @@ def rotary_fits(x, cos, sin, mode="half"):
     layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(cos.shape) in shapes]
     if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
         return False
-    with torch.no_grad():
-        return bool((cos.abs() <= 1).all() and (sin.abs() <= 1).all())
+    unit = {} if table_proven else {"unit_table": lambda: (cos.abs() <= 1).all() & (sin.abs() <= 1).all()}
+    return _holds([cos, sin], unit)
 
 
 def rotary_mul(x, cos, sin, mode="half"):
@@ -247,10 +346,11 @@ def rotary_mul(x, cos, sin, mode="half"):
     return torch_npu.npu_rotary_mul(x, cos, sin, mode)
 
 
-# -- RMSNorm, SwiGLU, MoE gating --------------------------------------------------------------------
+# -- RMSNorm ------------------------------------------------------------------------------------------
 
 #: F.rms_norm's eps when none is given: the epsilon of its op math type, float32 (not x's dtype).
 FLOAT32_EPS = torch.finfo(torch.float32).eps
+_NO_WEIGHT = object()
 
 
 def _no_grad_needed(*tensors):
@@ -258,14 +358,12 @@ def _no_grad_needed(*tensors):
     return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors if t is not None)
 
 
-_NO_WEIGHT = object()
-
-
-def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2):
-    """``npu_rms_norm(x, weight)`` normalises what the original normalises and returns its dtype:
-    x is a float tensor of 2 to 8 dims; weight (left out when the code has none) is a tensor of x's
-    dtype covering exactly the normalised trailing dims (the last one, unless ``normalized_shape``
-    says more)."""
+def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2, *, mixed_dtype=False):
+    """``npu_rms_norm(x, weight)`` normalises what the original normalises: x is a float tensor of 2 to
+    8 dims; weight (left out when the code has none) covers exactly the normalised trailing dims (the
+    last one, unless ``normalized_shape`` says more) and has x's dtype, or, with ``mixed_dtype=True``,
+    is float32 for a float16/bfloat16 x (the kernel's mixed precision, as under autocast: the site
+    must then use ``rms_norm`` below, which returns the original's dtype)."""
     if not torch.is_tensor(x) or x.dtype not in _FLOATS or not min_dim <= x.dim() <= 8:
         return False
     if normalized_shape is not None:
@@ -276,12 +374,32 @@ def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2):
         shape = tuple(x.shape[-1:])
     if weight is _NO_WEIGHT:
         return True
-    return torch.is_tensor(weight) and weight.dtype == x.dtype and tuple(weight.shape) == shape
+    if not torch.is_tensor(weight) or tuple(weight.shape) != shape:
+        return False
+    mixed = mixed_dtype and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == torch.float32
+    return weight.dtype == x.dtype or mixed
+
+
+def rms_norm(x, weight, epsilon=1e-06, *, dtype=None):
+    """``npu_rms_norm(x, weight, epsilon)[0]`` in the dtype the original code returns: ``dtype``, by
+    default the promotion of x's and weight's (``weight * normed.to(x.dtype)``, as Llama's RMSNorm
+    does: float32 for a bfloat16 x and a float32 weight). Pass ``dtype=x.dtype`` for norms that
+    cast back to the input's dtype (``.type_as(x)``)."""
+    out = torch_npu.npu_rms_norm(x, weight, epsilon=epsilon)[0]
+    dtype = torch.promote_types(x.dtype, weight.dtype) if dtype is None else dtype
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def gemma_rms_norm_fits(x, weight):
     """``npu_gemma_rms_norm`` has no backward on a real NPU: inference only, else as above."""
     return rms_norm_fits(x, weight, min_dim=1) and _no_grad_needed(x, weight) and x.is_contiguous()
+
+
+# -- SwiGLU -------------------------------------------------------------------------------------------
+
+#: ``swiglu_linear`` keeps one concatenated [gate; up] weight per MLP (memory: those weights once
+#: more). Set False to run such sites unfused instead.
+CONCAT_WEIGHTS = True
 
 
 def is_silu(act):
@@ -294,11 +412,14 @@ def is_silu(act):
 
 
 def _swiglu_input_fits(x):
-    return torch.is_tensor(x) and x.dtype in _FLOATS and 1 <= x.dim() <= 8 and x.shape[-1] % 2 == 0
+    """npu_swiglu takes a contiguous, non-empty float tensor of 1-8 dims with an even last dim."""
+    return (torch.is_tensor(x) and x.dtype in _FLOATS and 1 <= x.dim() <= 8 and x.shape[-1] % 2 == 0
+            and x.numel() > 0 and x.is_contiguous())
 
 
 def swiglu(act, gate, up):
-    """``act(gate) * up`` with separate gate and up projections."""
+    """``act(gate) * up`` with separate gate and up activations (concatenated per call: prefer
+    ``swiglu_linear`` where both come from nn.Linear projections)."""
     if is_silu(act) and torch.is_tensor(gate) and torch.is_tensor(up) and gate.shape == up.shape and gate.dtype == up.dtype:
         fused = torch.cat([gate, up], dim=-1)
         if _swiglu_input_fits(fused):
@@ -312,6 +433,105 @@ def swiglu_halves(act, gate_up):
         return torch_npu.npu_swiglu(gate_up, dim=-1)
     gate, up = gate_up.chunk(2, dim=-1)
     return act(gate) * up
+
+
+def _hooks(module):
+    """The hook tables a call of ``module`` runs: its own and the global ones, forward and backward."""
+    glob = torch.nn.modules.module
+    kinds = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
+    return [getattr(module, "_" + kind, {}) for kind in kinds] + [getattr(glob, "_global_" + kind, {}) for kind in kinds]
+
+
+def _plain_linear(module):
+    """``module(x)`` is exactly ``F.linear(x, module.weight, module.bias)``: an nn.Linear whose forward
+    is not overridden, with its own plain parameters (no parametrization, pruning, quantized or
+    inference-mode weights) and no hooks other than observers (hooks marked ``hook.observes_only =
+    True`` change no input, output or gradient; they do not see the fused call)."""
+    if not isinstance(module, torch.nn.Linear) or getattr(module.forward, "__func__", None) is not torch.nn.Linear.forward:
+        return False
+    params = module._parameters
+    weight = params.get("weight")
+    if weight is None or weight is not module.weight or params.get("bias") is not module.bias:
+        return False
+    if not all(type(t) in (torch.nn.Parameter, torch.Tensor) and not t.is_inference() for t in (weight, module.bias) if t is not None):
+        return False
+    return all(getattr(h, "observes_only", False) for hooks in _hooks(module) for h in hooks.values())
+
+
+_concatenated = WeakIdKeyDictionary()  # gate module -> (parameters' state, [gate; up] weight, bias)
+
+
+def _state(t):
+    return None if t is None else (id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape))
+
+
+def _concat(gate, up):
+    """[gate.weight; up.weight] and the biases likewise, built once per parameter version (an
+    optimizer step, ``load_state_dict`` or ``.to()`` rebuilds them)."""
+    params = (gate.weight, up.weight, gate.bias, up.bias)
+    if _compiling():
+        return torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:])
+    state = (id(up), *(_state(t) for t in params))
+    entry = _concatenated.get(gate)
+    if entry is None or entry[0] != state:
+        with torch.no_grad():
+            entry = (state, torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:]))
+        _concatenated[gate] = entry
+    return entry[1], entry[2]
+
+
+class _PairedLinear(torch.autograd.Function):
+    """``F.linear(x, [wg; wu], [bg; bu])`` on the cached concatenation, with gradients for the
+    original parameters (rows of the concatenated weight's gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, wg, wu, bg, bu):
+        ctx.save_for_backward(x, weight)
+        ctx.dtypes = (x.dtype, wg.dtype, None if bg is None else bg.dtype)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_x = (grad @ weight.to(grad.dtype)).to(x_dtype) if ctx.needs_input_grad[0] else None
+        grad_w = (rows.t() @ x.reshape(-1, x.shape[-1]).to(grad.dtype)).to(w_dtype).chunk(2)
+        grad_b = rows.sum(0).to(b_dtype).chunk(2) if b_dtype is not None else (None, None)
+        return grad_x, None, None, *grad_w, *grad_b
+
+
+def swiglu_linear(act, gate, up, x, *, up_first=False):
+    """``act(gate(x)) * up(x)`` for two nn.Linear projections: one matmul against the concatenated
+    [gate; up] weight, whose output is already npu_swiglu's [gate | up] input (no per-call copy of the
+    activations). Gradients reach gate's and up's own parameters. Cost: the concatenation holds both
+    weights once more in memory and is rebuilt whenever they change (in training once per optimizer
+    step: a copy of the weights, not of the activations); ``CONCAT_WEIGHTS = False`` trades the
+    fusion for that memory. Elsewhere the original runs, calling ``up`` first with ``up_first=True``
+    (for ``up(x) * act(gate(x))``: the order matters to modules that draw random numbers)."""
+    fits = (CONCAT_WEIGHTS and is_silu(act) and torch.is_tensor(x) and x.numel() > 0
+            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
+            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
+            and x.shape[-1] == gate.weight.shape[1])
+    if not fits and up_first:
+        up_out = up(x)
+        return act(gate(x)) * up_out
+    if not fits:
+        return act(gate(x)) * up(x)
+    weight, bias = _concat(gate, up)
+    params = (gate.weight, up.weight, gate.bias, up.bias)
+    if _compiling() or _no_grad_needed(*params):
+        gate_up = torch.nn.functional.linear(x, weight, bias)
+    else:
+        gate_up = _PairedLinear.apply(x, weight, bias, *params)
+    if _swiglu_input_fits(gate_up):
+        return torch_npu.npu_swiglu(gate_up, dim=-1)
+    gate_out, up_out = gate_up.chunk(2, dim=-1)
+    return act(gate_out) * up_out
+
+
+# -- MoE gating ---------------------------------------------------------------------------------------
 
 
 def moe_gating_fits(logits, k, dim=-1):

@@ -1,57 +1,23 @@
 """npu_glue, the vendored helper, under the emulated NPU: the fused path is taken when exact and
 gives SDPA's result; otherwise the original runs."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from npu_migrate import kernels
-from npu_migrate.opmap import load_table
+from tests.helpers.support import GLUE, qkv, tolerance as table_tolerance
 
-HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 API = "torch.nn.functional.scaled_dot_product_attention"
 
 
-@pytest.fixture(scope="module")
-def glue():
-    with kernels.emulate():
-        sys.path.insert(0, str(HELPERS))
-        try:
-            sys.modules.pop("npu_glue", None)
-            import npu_glue
-
-            yield npu_glue
-        finally:
-            sys.path.remove(str(HELPERS))
-            sys.modules.pop("npu_glue", None)
-
-
 @pytest.fixture
-def calls(glue, monkeypatch):
-    """Counts npu_fusion_attention calls made through the helper."""
-    seen = []
-    real = glue.torch_npu.npu_fusion_attention
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(glue.torch_npu, "npu_fusion_attention", spy)
-    return seen
+def calls(spy):
+    """The kwargs of each npu_fusion_attention call made through the helper."""
+    return spy.kwargs.setdefault("npu_fusion_attention", [])
 
 
 def tolerance(dtype):
-    t = load_table().get(API).tolerance[str(dtype).replace("torch.", "")]
-    return dict(rtol=t.rtol, atol=t.atol)
-
-
-def qkv(b=2, nq=4, nkv=4, sq=5, skv=5, d=8, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    make = lambda n, s: torch.randn(b, n, s, d, generator=g).to(dtype)  # noqa: E731
-    return make(nq, sq), make(nkv, skv), make(nkv, skv)
+    return table_tolerance(API, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -72,6 +38,29 @@ def test_sdpa_bool_mask_is_inverted_and_gqa_native(glue, calls, dtype):
     got = glue.sdpa(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
     assert len(calls) == 1 and calls[0]["scale"] == 0.3
     torch.testing.assert_close(got, want, **tolerance(dtype))
+
+
+def repeat_kv(t, groups):
+    """Hugging Face's repeat_kv: [B, Nkv, S, D] -> [B, Nkv * groups, S, D], head h reading kv head h // groups."""
+    b, n, s, d = t.shape
+    return t[:, :, None].expand(b, n, groups, s, d).reshape(b, n * groups, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gqa_kv_heads_reach_the_kernel_unrepeated(glue, spy, dtype):
+    """The helper side of native GQA: can_fuse and npu_mask take K/V with fewer heads, and the kernel
+    (head_num = query heads) computes what the eager code computes on repeat_kv copies."""
+    q, k, v = qkv(nq=8, nkv=2, sq=5, skv=5, dtype=dtype)
+    mask = torch.full((5, 5), float("-inf")).triu(1).to(dtype)[None, None]
+    assert glue.can_fuse(q, k, v, additive=mask)
+    got = glue.torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=glue.npu_mask(q, k, additive=mask),
+                                              scale=8 ** -0.5)[0]
+    scores = (q @ repeat_kv(k, 4).transpose(-2, -1)) * 8 ** -0.5 + mask
+    want = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype) @ repeat_kv(v, 4)
+    torch.testing.assert_close(got, want, **tolerance(dtype))
+    glue.sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert [a[1].shape[1] for a in spy.args["npu_fusion_attention"]] == [2, 2]  # K with 2 heads, as given
+    assert not glue.can_fuse(*qkv(nq=6, nkv=4))  # 4 KV heads do not divide 6 query heads
 
 
 def test_sdpa_padding_mask_broadcasts(glue, calls):
@@ -145,7 +134,7 @@ def test_attention_weights_requested(glue):
 def test_imports_only_torch_torch_npu_math():
     import ast
 
-    tree = ast.parse((HELPERS / "npu_glue.py").read_text())
+    tree = ast.parse(GLUE.read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert roots <= {"torch", "torch_npu", "math", "functools", "sys"}

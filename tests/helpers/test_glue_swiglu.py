@@ -1,0 +1,264 @@
+"""npu_glue's SwiGLU: ``swiglu_linear`` runs separate gate/up nn.Linear projections as one matmul
+against a [gate; up] weight concatenated once per weight version (no per-call copy of the
+activations), gradients reach the original parameters, and every site the fused path cannot
+reproduce (hooks, overridden forwards, parametrized or pruned weights, other activations) runs
+the original; npu_swiglu never gets a non-contiguous or empty input."""
+
+import gc
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.nn.utils.parametrize
+import torch.nn.utils.prune
+from torch import nn
+
+from tests.helpers.support import assert_parity, counted, tolerance
+
+SWIGLU = "torch_npu.npu_swiglu"
+
+DIM, HIDDEN = 16, 24
+
+
+class MLP(nn.Module):
+    """A Llama-style gated MLP; ``glue`` switches its forward to the migrated one."""
+
+    def __init__(self, bias=False, act=F.silu, glue=None):
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(DIM, HIDDEN, bias=bias), nn.Linear(DIM, HIDDEN, bias=bias), nn.Linear(HIDDEN, DIM)
+        self.act, self.glue = act, glue
+
+    def forward(self, x):
+        if self.glue is None:
+            return self.down(self.act(self.gate(x)) * self.up(x))
+        return self.down(self.glue.swiglu_linear(self.act, self.gate, self.up, x))
+
+
+def pair(glue, **kwargs):
+    torch.manual_seed(0)
+    original = MLP(**kwargs)
+    migrated = MLP(**kwargs, glue=glue)
+    migrated.load_state_dict(original.state_dict())
+    return original, migrated
+
+
+def tokens(dtype=torch.float32, shape=(2, 5), seed=1):
+    return torch.randn(*shape, DIM, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_matmul_no_activation_copy(glue, spy, dtype, bias):
+    original, migrated = (m.to(dtype) for m in pair(glue, bias=bias))
+    x = tokens(dtype)
+    with torch.no_grad():
+        _, first = counted(migrated, x)
+        outs = [counted(migrated, x) for _ in range(3)]
+        want = original(x)
+    assert first.counts["weight_cat"] == (2 if bias else 1) and first.counts["cat"] == 0
+    assert all(ops.counts["cat"] == ops.counts["weight_cat"] == 0 for _, ops in outs)  # built once, reused
+    assert spy["npu_swiglu"] == 4
+    torch.testing.assert_close(outs[-1][0], want, **tolerance(SWIGLU, dtype))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_gradients_reach_the_original_parameters(glue, spy, bias):
+    original, migrated = pair(glue, bias=bias)
+    x = tokens()
+    grads = []
+    for model in (original, migrated):
+        xg = x.clone().requires_grad_()
+        model(xg).pow(2).sum().backward()
+        grads.append({"x": xg.grad, **{n: p.grad for n, p in model.named_parameters()}})
+    assert spy["npu_swiglu"] == 1
+    assert grads[1].keys() == grads[0].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_training_under_autocast(glue, spy):
+    original, migrated = pair(glue, bias=True)
+    x = tokens()
+    results = []
+    for model in (original, migrated):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().pow(2).sum().backward()
+        results.append((out, {n: p.grad for n, p in model.named_parameters()}))
+    (want, want_grads), (got, got_grads) = results
+    assert spy["npu_swiglu"] == 1 and got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, **tolerance(SWIGLU, torch.bfloat16))
+    for name, grad in want_grads.items():
+        assert got_grads[name].dtype == grad.dtype == torch.float32
+        assert_parity(got_grads[name], grad, torch.bfloat16)  # bf16 matmuls and roundings, as under autocast
+
+
+@pytest.mark.parametrize("change", ["in_place", "load_state_dict", "new_parameter", "to_dtype", "data_replaced"])
+def test_concatenated_weight_follows_the_parameters(glue, change):
+    original, migrated = pair(glue)
+    x = tokens()
+    with torch.no_grad():
+        migrated(x)  # builds the concatenation
+        if change == "in_place":  # an optimizer step
+            for model in (original, migrated):
+                model.up.weight.mul_(0.5)
+        elif change == "load_state_dict":
+            state = {k: torch.randn_like(v) for k, v in original.state_dict().items()}
+            original.load_state_dict(state)
+            migrated.load_state_dict(state)
+        elif change == "new_parameter":
+            weight = torch.randn(HIDDEN, DIM)
+            original.gate.weight = nn.Parameter(weight.clone())
+            migrated.gate.weight = nn.Parameter(weight.clone())
+        elif change == "to_dtype":  # Module.to() swaps the parameters' data, not the Parameter objects
+            original.double()
+            migrated.double()
+            x = x.double()
+        else:
+            for model in (original, migrated):
+                model.gate.weight.data = torch.ones(HIDDEN, DIM)
+        torch.testing.assert_close(migrated(x), original(x))
+
+
+def test_cache_keeps_no_module_alive(glue):
+    _, migrated = pair(glue)
+    with torch.no_grad():
+        migrated(tokens())
+    alive = weakref.ref(migrated.gate)
+    del migrated
+    gc.collect()
+    assert alive() is None
+
+
+class OverriddenLinear(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def unfused_cases(glue):
+    def hooked(m):
+        m.gate.register_forward_hook(lambda mod, args, out: out + 1)
+
+    def pre_hooked(m):
+        m.up.register_forward_pre_hook(lambda mod, args: (args[0] * 3,))
+
+    def backward_hooked(m):  # runs only when the module itself is called
+        m.gate.register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+
+    def overridden(m):
+        state = m.gate.state_dict()
+        m.gate = OverriddenLinear(DIM, HIDDEN, bias=False)
+        m.gate.load_state_dict(state)
+
+    def instance_forward(m):  # accelerate-style hooks replace forward on the instance
+        plain = m.up.forward
+        m.up.forward = lambda x: plain(x) - 1
+
+    def pruned(m):
+        torch.nn.utils.prune.random_unstructured(m.gate, "weight", amount=0.5)
+
+    def parametrized(m):
+        torch.nn.utils.parametrize.register_parametrization(m.up, "weight", Doubled())
+
+    def inference_weights(m):  # no version counter to key the concatenation on
+        with torch.inference_mode():
+            m.gate.weight = nn.Parameter(m.gate.weight.detach().clone())
+
+    def gelu(m):
+        m.act = F.gelu
+
+    def disabled(m):
+        glue.CONCAT_WEIGHTS = False
+
+    return {f.__name__: f for f in (hooked, pre_hooked, backward_hooked, overridden, instance_forward, pruned,
+                                    parametrized, inference_weights, gelu, disabled)}
+
+
+class Doubled(nn.Module):
+    def forward(self, w):
+        return 2 * w
+
+
+@pytest.mark.parametrize("case", ["hooked", "pre_hooked", "backward_hooked", "overridden", "instance_forward", "pruned",
+                                  "parametrized", "inference_weights", "gelu", "disabled"])
+def test_sites_the_fused_path_cannot_reproduce_run_the_original(glue, spy, monkeypatch, case):
+    monkeypatch.setattr(glue, "CONCAT_WEIGHTS", True)  # restored after "disabled"
+    original, migrated = pair(glue)
+    torch.manual_seed(5)
+    unfused_cases(glue)[case](original)
+    torch.manual_seed(5)
+    unfused_cases(glue)[case](migrated)
+    if case == "overridden":
+        migrated.gate.load_state_dict(original.gate.state_dict())
+    x = tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(migrated(x), original(x))
+    assert spy["npu_swiglu"] == 0
+
+
+@pytest.mark.parametrize("up_first", [False, True])
+def test_fallback_calls_the_projections_in_the_originals_order(glue, up_first):
+    calls = []
+
+    class Recorded(nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, x):
+            calls.append(self.name)
+            return x + len(self.name)
+
+    gate, up, x = Recorded("gate"), Recorded("up"), tokens()
+    got = glue.swiglu_linear(F.silu, gate, up, x, up_first=up_first)
+    assert calls == (["up", "gate"] if up_first else ["gate", "up"])
+    torch.testing.assert_close(got, F.silu(x + 4) * (x + 2))
+
+
+def test_observer_hooks_do_not_stop_fusion(glue, spy):
+    """A hook marked ``observes_only`` changes nothing, so the fused path may skip it (it sees no call)."""
+    original, migrated = pair(glue)
+    seen = []
+
+    def observer(module, args, out):
+        seen.append(out.shape)
+
+    observer.observes_only = True
+    migrated.gate.register_forward_hook(observer)
+    x = tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(migrated(x), original(x))
+    assert spy["npu_swiglu"] == 1 and seen == []
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_swiglu_linear_trains_like_the_original(glue, backend):
+    original, migrated = pair(glue, bias=True)
+    x = tokens()
+    torch._dynamo.reset()
+    compiled = torch.compile(migrated, fullgraph=True, backend=backend)
+    compiled(x).pow(2).sum().backward()
+    original(x).pow(2).sum().backward()
+    torch._dynamo.reset()
+    for (name, p), q in zip(original.named_parameters(), migrated.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_swiglu_halves_refuses_non_contiguous_and_empty_input(glue, spy):
+    gate_up = torch.randn(4, 2 * HIDDEN)
+    halves = lambda t: (lambda g, u: F.silu(g) * u)(*t.chunk(2, dim=-1))  # noqa: E731
+    strided = torch.randn(2 * HIDDEN, 4).t()  # a transposed view
+    empty = torch.randn(0, 2 * HIDDEN)
+    for t in (strided, empty):
+        torch.testing.assert_close(glue.swiglu_halves(F.silu, t), halves(t))
+    assert spy["npu_swiglu"] == 0
+    torch.testing.assert_close(glue.swiglu_halves(F.silu, gate_up), halves(gate_up))
+    assert spy["npu_swiglu"] == 1
+
+
+def test_swiglu_of_separate_activations_still_fuses(glue, spy):
+    """The call the rules emit today: kept working (with its per-call torch.cat) until they switch."""
+    gate, up = torch.randn(3, HIDDEN), torch.randn(3, HIDDEN)
+    torch.testing.assert_close(glue.swiglu(F.silu, gate, up), F.silu(gate) * up)
+    assert spy["npu_swiglu"] == 1
