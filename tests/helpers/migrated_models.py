@@ -6,7 +6,7 @@ installed package is never written), then, inside ``kernels.emulate()``, imports
 module under a name of its own beside the original and yields one ``Pair`` per model: builders of
 the original and the migrated model from one seed with the same weights, and the inputs. The
 migrated Hugging Face modules are imported as ``transformers.models.<family>.npu_migrated<n>_<file>``
-so that their relative imports reach the installed package; their ``from . import npu_glue`` finds
+so that their relative imports reach the installed package; their ``from .npu_glue import npu_glue`` finds
 the migrated tree's copy, set as the package's ``npu_glue`` attribute for the duration and named
 ``...npu_glue<n>`` (<n> counts the sessions: dynamo keeps aliases of the modules it traced by name,
 so a later session must not reuse a name). Shared by ``tests/helpers/test_glue_models.py`` and
@@ -142,7 +142,10 @@ def _transformers(workdir: Path, emission: str, loaded: list, session: int, atta
         package = f"transformers.models.{family}"
         glue, migrated = f"{package}.npu_glue{session}", f"{package}.npu_migrated{session}_modeling_{family}"
         loaded += [glue, migrated]
-        attach(importlib.import_module(package), "npu_glue", _load(glue, out / "models" / family / "npu_glue.py", package))
+        glue_module = _load(glue, out / "models" / family / "npu_glue.py", package)
+        attach(importlib.import_module(package), "npu_glue", glue_module)
+        sys.modules[f"{package}.npu_glue"] = glue_module  # `from .npu_glue import npu_glue` imports the submodule
+        loaded.append(f"{package}.npu_glue")
         modules[family] = (importlib.import_module(f"{package}.modeling_{family}"),
                            _load(migrated, out / "models" / family / f"modeling_{family}.py", package))
     inputs = lambda: factory.make_inputs(SEED, torch.float32)  # noqa: E731
