@@ -4,7 +4,8 @@ Rules read the module, qualified names and the op table through the context and 
 it; they never change the tree or each other's state. Code this tool emitted on an earlier run is
 recognised by one marker: a guard, an ``if``/conditional expression whose test calls the vendored
 helper (``npu_glue.<check>(...)``, possibly ``and`` further conditions). Its fused branch and the
-original code kept as its fallback are both "already migrated".
+original code kept as its fallback are both "already migrated"; so is the body of a function that
+starts with such a guard (a fast path, whose fallback is the rest of the body).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class FileContext:
                 for candidate in self.tree.subtree(self.module):
                     if isinstance(candidate, (cst.If, cst.IfExp)) and is_guard_test(candidate.test):
                         self._guarded.add(id(candidate))
+                    elif isinstance(candidate, cst.FunctionDef) and self.has_fast_path(candidate):
+                        self._guarded.add(id(candidate.body))  # the rest of the body is the fast path's fallback
         if not self._guarded:
             return False
         parents = self.tree.parents()
