@@ -100,6 +100,8 @@ class Engine:
         for site in sites:
             if is_suppressed(kept_as_is, site.finding.line, site.finding.code):
                 site.finding.action, site.edits = "suppressed", ()
+            elif site.edits:
+                _unless_switched_off(site, self.table)
         findings = lambda: [s.finding for s in sites]  # noqa: E731  (downgrades change them)
         rewriting = [s for s in sites if s.edits]
         dropped = overlaps(rewriting, ctx.tree)
@@ -154,6 +156,25 @@ class Engine:
             sites = [s for s in sites if s.edits]
             if not sites:
                 return ctx.module.code, []
+
+
+def _unless_switched_off(site: Site, table: OpTable) -> None:
+    """A fused rewrite whose op-table record (by the site's API, else its target) has a status other
+    than ``fused`` is turned off by configuration: the site is reported, its code kept as is."""
+    finding = site.finding
+    if not finding.code.startswith("NPU3"):
+        return
+    record = next((r for r in (table.get(finding.api) if finding.api else None,
+                               table.get(finding.target) if finding.target else None)
+                   if r is not None and r.code == finding.code), None)
+    if record is None or record.status == "fused":
+        return
+    site.edits = ()
+    site.finding = Finding(finding.code, f"{finding.message}: not applied, the op table sets {record.api} to "
+                                         f"status {record.status}", "reported", api=finding.api,
+                           fallback=record.fallback or Fallback("manual", "Keep the original code (the op table "
+                                                                "turns this fusion off)."),
+                           path=finding.path, line=finding.line, col=finding.col)
 
 
 def _not_applied(site: Site, why: str) -> None:

@@ -42,6 +42,8 @@ from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
 
 TARGET = "torch_npu.npu_fusion_attention"
+RECORD = "pattern.attention.eager"  # its op-table record (a status other than fused turns the rule off)
+BLOCKED_RECORD = "pattern.attention.unfusable"
 REPORT = "NPU303"
 WIDTH = 100
 NOTE = "npu-migrate NPU302: fused attention where npu_glue.can_fuse proves it exact, else the original"
@@ -104,7 +106,7 @@ class EagerAttention(FunctionRule, Rule):
             node = result.node if result.node is not None and _within(result.node, view.func, parents) else \
                 result.root
             anchor = statement_of(node, parents) if node is not None else view.func
-            self.report(anchor, f"attention not fused: {result.reason}", fallback=result.fallback, api="attention",
+            self.report(anchor, f"attention not fused: {result.reason}", fallback=result.fallback, api=BLOCKED_RECORD,
                         code=REPORT)
             return
         attempts = []
@@ -121,7 +123,7 @@ class EagerAttention(FunctionRule, Rule):
         if isinstance(why, str):
             why = Blocked(None, why, MOVED_PLAN)
         anchor = statement_of(result.out.node, self.ctx.tree.parents())
-        self.report(anchor, f"attention not fused: {why.reason}", fallback=why.fallback, api="attention", code=REPORT)
+        self.report(anchor, f"attention not fused: {why.reason}", fallback=why.fallback, api=BLOCKED_RECORD, code=REPORT)
 
     # -- one attempt ---------------------------------------------------------------------------
     def _fuse(self, att: Attention, view, k, v) -> Optional[str]:
@@ -166,7 +168,7 @@ class EagerAttention(FunctionRule, Rule):
                 how = f"sparse_mode={masks[0][1]} causal mask" if masks and masks[0][0] == "causal" else (
                     "masks converted at run time" if masks else "no mask")
                 self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}) → {TARGET}, guarded by "
-                                     f"{HELPER}.can_fuse", target=TARGET, api="attention", edits=[edit],
+                                     f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=[edit],
                              imports=[ImportSpec("torch_npu")], helpers=[HELPER])
                 return None
             used = self._probabilities_read_after(att, piece, edit)
