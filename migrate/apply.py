@@ -128,10 +128,13 @@ class Apply(cst.CSTTransformer):
     def on_leave(self, original_node, updated_node):
         if id(original_node) in self.blocks:
             updated_node = self._block(original_node, updated_node)
+        before = updated_node
         for site, edit in self.replaces.get(id(original_node), ()):
             updated_node = self._replace(site, edit, original_node, updated_node)
         if id(original_node) in self.recorded:
-            self.migrated_nodes[id(original_node)] = updated_node
+            keep = any(edit.holes_see_original for _, edit in self.replaces.get(id(original_node), ()))
+            self.migrated_nodes[id(original_node)] = (_without_parens(before) if _parenthesized(before) else before) \
+                if keep else updated_node
         return updated_node
 
     def _replace(self, site: Site, edit: Replace, original, updated):
@@ -186,7 +189,7 @@ def _codes(edit) -> List[Code]:
         return [edit.new] if isinstance(edit.new, Code) else []
     if isinstance(edit, Splice):
         return list(edit.new)
-    return [edit.guard, *edit.fused]
+    return [edit.guard, *edit.fused, *edit.tail]
 
 
 def _parenthesized(node) -> bool:

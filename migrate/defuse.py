@@ -66,13 +66,16 @@ def defined(nodes: Iterable[cst.CSTNode]) -> Set[str]:
     return found
 
 
-def read(nodes: Iterable[cst.CSTNode]) -> Set[str]:
+def read(nodes: Iterable[cst.CSTNode], skip: Set[int] = frozenset()) -> Set[str]:
     """Every name read in ``nodes`` (attribute names after a dot and keyword names excluded; names
-    read by nested functions and lambdas included: they may run later)."""
+    read by nested functions and lambdas included: they may run later); subtrees in ``skip`` (ids)
+    are left out."""
     found: Set[str] = set()
     stack = list(nodes)
     while stack:
         node = stack.pop()
+        if id(node) in skip:
+            continue
         if isinstance(node, cst.Name):
             found.add(node.value)
             continue
@@ -124,33 +127,35 @@ def _path(root: cst.CSTNode, target: cst.CSTNode) -> Optional[List[cst.CSTNode]]
     return None
 
 
-def reads_after(scope: cst.CSTNode, block: cst.CSTNode, end: int) -> Set[str]:
+def reads_after(scope: cst.CSTNode, block: cst.CSTNode, end: int, skip: Set[int] = frozenset()) -> Set[str]:
     """Names read by code that may run after statement ``end - 1`` of ``block`` within ``scope``
     (a function body or the module): the rest of every enclosing block, the whole of an enclosing
     loop (its next iteration) and the handlers and ``finally`` of an enclosing ``try``."""
     path = _path(scope, block)
     if path is None:
         raise ValueError("block is not inside scope")
-    found = read(block.body[end:])
+    found = read(block.body[end:], skip)
     for outer, inner in zip(reversed(path[:-1]), reversed(path[1:])):
         body = getattr(outer, "body", None)
         if isinstance(outer, (cst.IndentedBlock, cst.Module)):
-            found |= read(body[list(body).index(inner) + 1:])
+            found |= read(body[list(body).index(inner) + 1:], skip)
         elif isinstance(outer, _LOOPS):
-            found |= read([outer])
+            found |= read([outer], skip)
         elif isinstance(outer, (cst.Try, cst.TryStar)):
-            found |= read([*outer.handlers, *(p for p in (outer.orelse, outer.finalbody) if p is not None)])
+            found |= read([*outer.handlers, *(p for p in (outer.orelse, outer.finalbody) if p is not None)], skip)
     return found
 
 
 def region_problem(scope: cst.CSTNode, block, start: int, end: int, hoisted: Sequence[int],
                    fused_reads: Set[str], fused_defines: Set[str], fused_returns: bool = False,
-                   reads_at: Optional[Mapping[str, int]] = None) -> Optional[str]:
+                   reads_at: Optional[Mapping[str, int]] = None, fallback_defines: Set[str] = frozenset(),
+                   replaced: Optional[cst.CSTNode] = None) -> Optional[str]:
     """Why moving ``block.body[start:end]`` behind ``if guard: fused`` would change the meaning, or
     None when it keeps it. ``fused_reads``: names the guard and the fused statements read;
     ``fused_defines``: names the fused statements bind; ``reads_at``: for a name, the statement at
     which the original reads the value the fused code stands for (a statement that reads and then
-    rebinds it, ``x = f(x)``, reads it first); by default any moved definition makes it stale."""
+    rebinds it, ``x = f(x)``, reads it first); by default any moved definition makes it stale;
+    ``replaced``: an expression after the region that the rewrite replaces (its reads do not count)."""
     body = list(block.body)
     moved = [body[i] for i in range(start, end) if i not in hoisted]
     moved_defines = defined(moved)
@@ -175,9 +180,10 @@ def region_problem(scope: cst.CSTNode, block, start: int, end: int, hoisted: Seq
         return "the statements leave the region early (return, break, raise or yield), which the fused path would skip"
     if fused_returns:
         return None
-    one_sided = (moved_defines ^ fused_defines) & reads_after(scope, block, end)
+    later = reads_after(scope, block, end, {id(replaced)} if replaced is not None else frozenset())
+    one_sided = ((moved_defines | fallback_defines) ^ fused_defines) & later
     if one_sided:
         name = sorted(one_sided)[0]
-        side = "the original" if name in moved_defines else "the fused"
+        side = "the original" if name in moved_defines | fallback_defines else "the fused"
         return f"`{name}` is read after the region but only {side} branch defines it"
     return None

@@ -64,8 +64,13 @@ Block = Union[cst.IndentedBlock, cst.Module]
 
 @dataclass(frozen=True, eq=False)
 class Replace:
+    """``node`` becomes ``new``. ``holes_see_original``: another edit's hole that names ``node``
+    gets it as migrated *without* this replacement (a value moved into a temporary: the fallback
+    computes ``tmp = <node>``, the statement reads ``tmp``)."""
+
     node: cst.CSTNode
     new: Union[Code, cst.CSTNode]
+    holes_see_original: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +86,9 @@ class Guarded:
     """``if guard: fused`` in place of the statements ``start:end`` of ``block``, which become the
     ``else`` branch (``fallthrough``: they stay after the ``if``, whose fused branch returns).
     ``hoisted`` statements of the range run before the ``if`` (on both paths); ``note`` is a
-    comment above it; ``unit`` the indentation step of the new blocks (None: the module's)."""
+    comment above it; ``unit`` the indentation step of the new blocks (None: the module's);
+    ``tail`` statements end the ``else`` branch (``tmp = <the original value>`` when the fused value
+    is used inside a larger expression of the statement after the region)."""
 
     block: Block
     start: int
@@ -92,6 +99,7 @@ class Guarded:
     hoisted: Tuple[int, ...] = ()
     fallthrough: bool = False
     unit: Optional[str] = None
+    tail: Tuple[Code, ...] = ()
 
     @property
     def moved(self) -> Tuple[int, ...]:

@@ -80,6 +80,7 @@ def build_region(edit: Guarded, migrated: Migrated) -> List[cst.BaseStatement]:
         return [*hoisted, cst.If(test=test, body=block(fused), leading_lines=note), *moved]
     lines = [*moved[0].leading_lines, *note]  # the comments above the region stay above it
     moved[0] = moved[0].with_changes(leading_lines=[])
+    moved += [fill(part, "statement", migrated) for part in edit.tail]
     return [*hoisted, cst.If(test=test, body=block(fused), orelse=cst.Else(body=block(moved)), leading_lines=lines)]
 
 
@@ -98,22 +99,27 @@ def _reads(sources: Sequence[Code], kind: str) -> tuple:
 def region(scope: cst.CSTNode, block, start: int, end: int, guard: Code, fused: Sequence[Code], *,
            note: Optional[str] = None, hoisted: Sequence[int] = (), fallthrough: bool = False,
            unit: Optional[str] = None, reads_at: Optional[Mapping[str, int]] = None,
-           at_entry: bool = False) -> Union[Guarded, str]:
+           at_entry: bool = False, tail: Sequence[Code] = (),
+           replaced: Optional[cst.CSTNode] = None) -> Union[Guarded, str]:
     """A guarded region over ``block.body[start:end]`` inside ``scope`` (the function body or the
     module), or why it would not compute what the original does. ``reads_at`` says, for names the
     fused code reads, at which statement of the block the original computation reads the value the
     fused code stands for (unlisted names: anywhere in the region, the strictest reading);
-    ``at_entry``: the rule proved that every name stands for its value on entry to the region."""
+    ``at_entry``: the rule proved that every name stands for its value on entry to the region;
+    ``tail``: statements that end the fallback branch (what they bind counts as the original's);
+    ``replaced``: an expression after the region that another edit of the site replaces."""
     guard_reads, _ = _reads([guard], "expression")
     fused_reads, defines = _reads(fused, "statement")
     reads = guard_reads | fused_reads
     if at_entry:
         reads_at = dict.fromkeys(reads, start)
+    _, tail_defines = _reads(tail, "statement")
     problem = region_problem(scope, block, start, end, hoisted, reads, defines,
-                             fused_returns=fallthrough, reads_at=reads_at or {})
+                             fused_returns=fallthrough, reads_at=reads_at or {}, fallback_defines=tail_defines,
+                             replaced=replaced)
     if problem is not None:
         return problem
-    return Guarded(block, start, end, guard, tuple(fused), note, tuple(hoisted), fallthrough, unit)
+    return Guarded(block, start, end, guard, tuple(fused), note, tuple(hoisted), fallthrough, unit, tuple(tail))
 
 
 # -- guarded expressions ------------------------------------------------------------------------

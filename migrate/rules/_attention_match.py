@@ -283,6 +283,8 @@ class _Reader:
                 return None
         if any(t.kind == kind for t in self.found.terms):
             return None
+        if mask is not None and mask.op == "expand" and mask["other"] is not None and is_scores(mask["other"]):
+            mask = mask.input  # mask.expand_as(scores): the broadcast the masked op does anyway
         self.found.terms.append(Term(kind, mask))
         return scores
 

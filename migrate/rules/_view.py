@@ -358,7 +358,8 @@ class View:
         if qualified is None and isinstance(func, cst.Attribute):
             receiver = self.value(func.value)
             method = func.attr.value
-            if receiver.op not in ("name", "free") and method in METHODS:
+            is_self = receiver.op == "param" and receiver.name in ("self", "cls")  # a module, not a tensor
+            if receiver.op not in ("name", "free") and not is_self and method in METHODS:
                 op, params = METHODS[method]
                 kw = self._arguments(node, params)
                 if kw is not None:
@@ -394,8 +395,9 @@ class View:
             extra = {}
             if op == "softmax" and isinstance(made, cst.Call):
                 dims = [a.value for a in made.args if (a.keyword is None or a.keyword.value == "dim")]
-                if dims and isinstance(dims[0], (cst.Integer, cst.UnaryOperation)):
-                    extra["dim"] = self.value(dims[0])
+                dim = _literal(dims[0]) if dims else None
+                if dim is not None:  # a constant of __init__: no node of this function
+                    extra["dim"] = Value("const", view=self, number=dim)
             return op, extra
         if isinstance(made, (cst.Subscript, cst.Call)) and not (qualified or "").startswith("torch."):
             return "act", {}  # ACT2FN[...], get_activation(...): an activation known only at run time
@@ -439,6 +441,16 @@ class View:
     def home(self, value: Value) -> bool:
         """Whether ``value`` is computed by code of this function (not of an inlined helper)."""
         return value.view is self and value.node is not None
+
+
+def _literal(node: cst.CSTNode) -> Optional[float]:
+    """The value of an int/float literal, possibly negated."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _literal(node.expression)
+        return None if inner is None else -inner
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    return None
 
 
 def _ends_in_return(suite) -> bool:

@@ -29,7 +29,7 @@ import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.defuse import read
-from npu_migrate.migrate.edits import ImportSpec, code as template
+from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._attention_blockers import MOVED_PLAN, Blocked, probabilities_used
 from npu_migrate.migrate.rules._attention_definitions import causal_alignment, is_tril_buffer
@@ -37,7 +37,7 @@ from npu_migrate.migrate.rules._attention_match import Attention, repeated_heads
 from npu_migrate.migrate.rules._attention_rule import FunctionRule
 from npu_migrate.migrate.rules._later_uses import load_sites_after
 from npu_migrate.migrate.rules._normal import number
-from npu_migrate.migrate.rules._regions import Slice, operand_code, slice_of, statement_of
+from npu_migrate.migrate.rules._regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
 
@@ -136,9 +136,18 @@ class EagerAttention(FunctionRule, Rule):
         piece = slice_of(view, att.out, operands, parents)
         if isinstance(piece, str):
             return piece
-        form = self._output(att, parents)
+        form = self._output(att, parents, view)
         if isinstance(form, str):
             return form
+        if form[0] == "inside":  # the fused value goes through a temporary; the statement using it follows the region
+            inside = [v for v in interior(att.out, operands) if v is not att.out and view.home(v)
+                      and _statement_index_of(piece, v.node, parents) == piece.end - 1]
+            if inside:
+                return "part of the attention is computed in the statement that uses its output"
+            piece = Slice(piece.view, piece.block, piece.start, piece.end - 1,
+                          tuple(i for i in piece.hoisted if i < piece.end - 1))
+            if piece.start >= piece.end:
+                return "the attention is written in one expression inside a larger one (assign it to a name first)"
         texts = {}
         for name, value in (("q", att.q), ("k", k), ("v", v)):
             texts[name] = operand_code(piece, value)
@@ -160,15 +169,19 @@ class EagerAttention(FunctionRule, Rule):
                 return "the scale is not available as a plain expression where the attention starts"
             guard_text, fused = written
             indent, unit = self.ctx.indentation(piece.block)
+            tail = [template(f"{form[1]} = {{out}}\n", out=att.out.node)] if form[0] == "inside" else []
             edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard_text),
                           [template(s) for s in fused], note=NOTE, hoisted=piece.hoisted, unit=unit,
-                          fallthrough=form[0] == "return", at_entry=True)
+                          fallthrough=form[0] == "return", at_entry=True, tail=tail,
+                          replaced=att.out.node if form[0] == "inside" else None)
             if not isinstance(edit, str):
+                edits = [edit] + ([Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)]
+                                  if form[0] == "inside" else [])
                 anchor = piece.block.body[piece.start]
                 how = f"sparse_mode={masks[0][1]} causal mask" if masks and masks[0][0] == "causal" else (
                     "masks converted at run time" if masks else "no mask")
                 self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}) → {TARGET}, guarded by "
-                                     f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=[edit],
+                                     f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
                              imports=[ImportSpec("torch_npu")], helpers=[HELPER])
                 return None
             used = self._probabilities_read_after(att, piece, edit)
@@ -181,8 +194,9 @@ class EagerAttention(FunctionRule, Rule):
             probs_none.append(used)
         return "the attention probabilities are used afterwards"
 
-    def _output(self, att: Attention, parents) -> Union[Tuple[str, str], str]:
-        """("assign", name) for ``name = <attention>``, ("return", "the result") for ``return <attention>``."""
+    def _output(self, att: Attention, parents, view) -> Union[Tuple[str, str], str]:
+        """("assign", name) for ``name = <attention>``, ("return", "the result") for ``return
+        <attention>``, ("inside", a new name) when a larger expression uses it (through that name)."""
         parent = parents.get(id(att.out.node))
         if isinstance(parent, cst.Assign) and parent.value is att.out.node and len(parent.targets) == 1 \
                 and isinstance(parent.targets[0].target, cst.Name):
@@ -190,8 +204,10 @@ class EagerAttention(FunctionRule, Rule):
         if isinstance(parent, cst.AnnAssign) and parent.value is att.out.node and isinstance(parent.target, cst.Name):
             return "assign", parent.target.value
         if isinstance(parent, cst.Return) and parent.value is att.out.node:
-            return "return", "the result"
-        return "the attention output is used inside a larger expression (assign it to a name first)"
+            return "return", "the returned value"
+        used = self.ctx.tree.names(view.func)
+        name = next(n for n in ("attn_output", "attention_output", "attn_out", "attn_output_npu") if n not in used)
+        return "inside", name
 
     def _spec(self, att: Attention, view, piece: Slice, texts, repeated=None):
         """(guard terms, masks) for the fused call, or why it cannot be written. ``repeated``: (the
@@ -270,7 +286,7 @@ class EagerAttention(FunctionRule, Rule):
             test = "(\n" + "\n".join(f"{unit}{'and ' if i else ''}{g}" for i, g in enumerate(guard)) + "\n)"
         cast = f".to({v}.dtype)" if att.value_cast else ""
         call = f"{TARGET}(\n{_wrap(args, unit, len(indent) + len(unit))}\n)[0]{cast}"
-        fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]
+        fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
         fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
         return test, fused
 
@@ -349,6 +365,13 @@ def _sequence_length_of(piece: Slice, mask, repeated, source: str) -> Optional[s
 
 def _names_in_text(text: str, skip) -> List[str]:
     return [n for n in read([cst.parse_expression(text)]) if n not in skip]
+
+
+def _statement_index_of(piece: Slice, node, parents) -> Optional[int]:
+    block, index = enclosing_block(node, parents)
+    while block is not None and block is not piece.block:
+        block, index = enclosing_block(block, parents)
+    return index if block is piece.block else None
 
 
 def _within(node, func, parents) -> bool:

@@ -189,3 +189,28 @@ def test_aliased_masked_fill_attention_is_equal(table, npu, dtype):
     torch.testing.assert_close(after["attend"](q, k, v, mask, 0.0, False), before["attend"](q, k, v, mask, 0.0, False),
                                equal_nan=True)
     assert not npu
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype):
+    """Inductor's chained, permuted and einsum spellings, an expand_as mask and a vision-transformer
+    attention whose output feeds a larger expression: all fused, all equal to the original."""
+    before, after = load("NPU302_eager_spellings", table, "NPU302")
+    q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
+    for name, args in (("chained", (q, k, v, 8 ** 0.5)), ("permuted", (q, k, v)), ("einsum_heads", (q, k, v))):
+        npu.clear()
+        close(after[name](*args), before[name](*args), dtype, table)
+        assert len(npu) == 1, name
+    mask = torch.rand(1, 1, 5, 5, generator=torch.Generator().manual_seed(5)) > 0.7
+    mask[..., 0] = False  # every row keeps a key
+    npu.clear()
+    close(after["expanded_mask"](q, k, v, mask), before["expanded_mask"](q, k, v, mask), dtype, table)
+    assert len(npu) == 1
+    torch.manual_seed(0)
+    original = before["VisionAttention"](32, 4).eval().to(dtype)
+    migrated = after["VisionAttention"](32, 4).eval().to(dtype)
+    migrated.load_state_dict(original.state_dict())
+    x = rand(2, 5, 32, dtype=dtype)
+    npu.clear()
+    close(migrated(x), original(x), dtype, table)
+    assert len(npu) == 1
