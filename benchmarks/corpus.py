@@ -121,6 +121,7 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
     from npu_migrate.opmap import load_table
 
     table = load_table()
+    words = set().union(*(f.words for f in families()))
     by_file: Dict[str, List[Tuple[str, int]]] = {}
     for finding in report.get("findings", []):
         by_file.setdefault(finding["path"], []).append((finding["code"], finding["line"]))
@@ -129,8 +130,11 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
         if entry["status"] not in ("changed", "unchanged"):
             continue
         path = source / entry["path"]
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if not any(word in text for word in words):
+            continue
         try:
-            module = cst.parse_module(path.read_text(encoding="utf-8"))
+            module = cst.parse_module(text)
         except Exception:  # noqa: BLE001 - a file the run reported as unparsable is not a component site
             continue
         ctx = FileContext(entry["path"], module, table, NameResolver(module))
@@ -152,12 +156,16 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
 
 
 def _spans(module, functions) -> Dict[int, Tuple[int, int]]:
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
+    """(first, last) line of each function: its start from ``positions``, its end by counting lines."""
+    from npu_migrate.migrate.positions import positions
 
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    where = wrapper.resolve(PositionProvider)
-    return {id(f): (where[f].start.line, where[f].end.line) for f in functions if isinstance(f, cst.FunctionDef)}
+    starts = positions(module, functions)
+    spans = {}
+    for func in functions:
+        first = starts.get(id(func), (0, 0))[0]
+        text = module.code_for_node(func.with_changes(leading_lines=[]))
+        spans[id(func)] = (first, first + text.rstrip("\n").count("\n"))
+    return spans
 
 
 def _helper_of_covered(ctx, func, functions, spans, family, findings) -> bool:
