@@ -18,5 +18,5 @@ def write_reports(report_dir: Path, run: RunResult, patch: str) -> Dict[str, Pat
     paths = {}
     for name, text in texts.items():
         paths[name] = Path(report_dir) / name
-        write_atomic(paths[name], text.encode("utf-8"))
+        write_atomic(paths[name], text.encode("utf-8", "backslashreplace"))  # odd file names
     return paths

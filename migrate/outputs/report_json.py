@@ -25,6 +25,8 @@ def summary(run: RunResult) -> dict:
         "sites_rewritten": len(run.rewritten),
         "sites_reported": len(run.reported),
         "by_code": run.by_code(),
+        "files_copied": len(run.copied),
+        "files_excluded": len(run.excluded),
     }
 
 
@@ -34,7 +36,20 @@ def build(run: RunResult) -> dict:
         "summary": summary(run),
         "files": [{"path": r.path, "status": r.status, "error": r.error} for r in run.files],
         "findings": [_finding(f.to_json()) for f in run.findings],
+        "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
+        "written": _written(run),
     }
+
+
+def _written(run: RunResult):
+    """What the run wrote: None for --check/--diff; else whether the writing finished,
+    the files written and those not written with the reason (and the in-place journal)."""
+    outcome = run.written
+    if outcome is None:
+        return None
+    return {"complete": outcome.complete, "journal": outcome.journal,
+            "backups": outcome.backups, "files": outcome.written,
+            "not_written": [{"path": p, "error": e} for p, e in sorted(outcome.failed.items())]}
 
 
 def _finding(data: dict) -> dict:
