@@ -67,15 +67,25 @@ def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_
     journal = Journal.create(journal_dir, root, contents)
     outcome = WriteOutcome(str(root), journal=str(journal.directory))
     if backup:
-        with OutputDir(root, durable=True, staging=journal.staging) as tree:
-            for path, old, _ in contents:
-                saved = path + ".orig"
-                if old is not None and not os.path.lexists(root / saved) and tree.read(path) == old:
-                    tree.write(saved, old, (root / path).stat().st_mode & 0o7777)
-                    outcome.backups.append(saved)
+        try:
+            _back_up(root, contents, journal, outcome)
+        except OSError as exc:  # no file is migrated without its backup
+            why = f"not written: a backup could not be written ({exc.filename}: [Errno {exc.errno}] {exc.strerror})"
+            outcome.failed.update((path, why) for path, _, _ in contents)
+            journal.save("reverted")
+            return outcome
     journal.apply(True, outcome)
     journal.save("done" if outcome.complete else "writing")
     return outcome
+
+
+def _back_up(root: Path, contents, journal: Journal, outcome: WriteOutcome) -> None:
+    with OutputDir(root, durable=True, staging=journal.staging) as tree:
+        for path, old, _ in contents:
+            saved = path + ".orig"
+            if old is not None and not os.path.lexists(root / saved) and tree.read(path) == old:
+                tree.write(saved, old, (root / path).stat().st_mode & 0o7777)
+                outcome.backups.append(saved)
 
 
 def finish_journal(report_dir: Path, root: Path, forward: bool) -> WriteOutcome:

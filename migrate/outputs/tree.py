@@ -107,5 +107,7 @@ def mark_unwritten(run: RunResult, outcome: WriteOutcome) -> None:
         code = diagnostics.CHANGED_DURING_RUN if why.startswith("changed on disk") else diagnostics.WRITE_ERROR
         message = why if code == diagnostics.CHANGED_DURING_RUN else f"not written: {why}"
         finding = Finding(code, message, "reported", path=result.path)
-        run.files[i] = FileResult(result.path, "error", [*result.findings, finding],
-                                  error=f"{result.path}: {code} {message}", digest=result.digest)
+        error = f"{result.path}: {code} {message}"
+        if result.error:  # already an error (e.g. unreadable): it stays first
+            error = f"{result.error}; {code} {message}"
+        run.files[i] = FileResult(result.path, "error", [*result.findings, finding], error=error, digest=result.digest)
