@@ -139,9 +139,9 @@ def _write(result: RunResult, changes, paths: Paths, backup: bool) -> bool:
         intended = sorted({*result.copied, *python_paths(result), *(c.path for c in changes)})
     try:
         if paths.out_dir is None:
-            result.written = write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir))
+            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written)
         else:
-            result.written = write_tree(result, changes, paths.out_dir)
+            write_tree(result, changes, paths.out_dir, result.written)
     except KeyboardInterrupt:
         outcome = result.written
         outcome.complete = False

@@ -53,11 +53,13 @@ def _why_unsafe(root: Path, exclude: Sequence[Path]) -> Optional[str]:
     return None
 
 
-def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_dir: Path) -> WriteOutcome:
+def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_dir: Path,
+                   outcome: Optional[WriteOutcome] = None) -> WriteOutcome:
     """Write each change into ``root`` through the journal in ``journal_dir`` (outside PATH).
 
     With ``backup``, a file that is modified first gets a ``<file>.orig`` copy (an existing one is
-    kept). A file whose bytes changed since it was migrated is not written (NPU015).
+    kept). A file whose bytes changed since it was migrated is not written (NPU015). ``outcome``
+    is filled as the writing goes (current even when Ctrl-C stops it) and returned.
     """
     root = Path(root)
     contents = []
@@ -65,7 +67,8 @@ def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_
         old = change.old.encode("utf-8") if change.old is not None else None
         contents.append((change.path, old, change.new.encode("utf-8")))
     journal = Journal.create(journal_dir, root, contents)
-    outcome = WriteOutcome(str(root), journal=str(journal.directory))
+    outcome = outcome if outcome is not None else WriteOutcome(str(root))
+    outcome.journal = str(journal.directory)
     if backup:
         try:
             _back_up(root, contents, journal, outcome)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.findings import FileResult, Finding
@@ -42,9 +42,12 @@ def python_paths(run: RunResult) -> List[str]:
     return [r.path for r in run.files if not (r.findings and r.findings[0].code == diagnostics.BAD_NAME)]
 
 
-def write_tree(run: RunResult, changes: Sequence[Change], out: Path) -> WriteOutcome:
+def write_tree(run: RunResult, changes: Sequence[Change], out: Path,
+               outcome: Optional[WriteOutcome] = None) -> WriteOutcome:
+    """Write the tree; ``outcome`` (filled as the writing goes, so it is current even when Ctrl-C
+    stops it) is returned."""
     out = Path(out)
-    outcome = WriteOutcome(str(out))
+    outcome = outcome if outcome is not None else WriteOutcome(str(out))
     by_path = {c.path: c for c in changes}
     order = [c.path for c in changes if c.helper]
     order += [rel for rel in sorted({*run.copied, *python_paths(run)}) if rel not in order]
@@ -61,7 +64,8 @@ def write_tree(run: RunResult, changes: Sequence[Change], out: Path) -> WriteOut
                 else:
                     _copy(run.root / rel, tree, rel)
                     if change is not None:
-                        outcome.failed[rel] = f"written unchanged: {_needs_missing_helper(results.get(rel), failed_helpers)}"
+                        why = _needs_missing_helper(results.get(rel), failed_helpers)
+                        outcome.failed[rel] = f"written unchanged: {why}"
                         continue
             except (OSError, SourceError) as exc:
                 why = os_error(out / rel, exc) if isinstance(exc, OSError) else f"{run.root / rel} {exc.message}"
