@@ -63,7 +63,7 @@ def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_
     """
     root = Path(root)
     contents = []
-    for change in changes:
+    for change in sorted(changes, key=lambda c: not c.helper):  # helpers first: nothing imports a missing one
         old = change.old.encode("utf-8") if change.old is not None else None
         contents.append((change.path, old, change.new.encode("utf-8")))
     journal = Journal.create(journal_dir, root, contents)
