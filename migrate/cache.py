@@ -11,6 +11,7 @@ foreign, older format) is ignored and overwritten. Entries are written atomicall
 file, then rename), so concurrent runs and workers never see half an entry. Results that depend on
 the machine's load (time-budget errors) and worker crashes are never stored.
 
+A cache directory that another user owns or can write is not used at all (``unsafe``).
 Layout: ``<cache-dir>/v1/<key[:2]>/<key>.json``. The default directory is
 ``$NPU_MIGRATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/npu-migrate``, else ``~/.cache/npu-migrate``.
 """
@@ -95,6 +96,21 @@ def _finding(data) -> Optional[Finding]:
                    fallback=fallback, path=data["path"], line=data["line"], col=data["col"])
 
 
+def unsafe(directory: Path) -> Optional[str]:
+    """Why ``directory`` must not be used as a cache (None when it may): it is created private
+    (0700); one owned by another user or writable by others could be fed entries by them."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.stat(directory)
+    except OSError as exc:
+        return f"cannot use the cache directory {directory}: {exc.strerror}"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"the cache directory {directory} belongs to another user; not used"
+    if info.st_mode & 0o022:
+        return f"the cache directory {directory} is writable by other users; not used"
+    return None
+
+
 class Cache:
     def __init__(self, directory: Path, salt_: str) -> None:
         self.directory = Path(directory) / f"v{VERSION}"
@@ -125,7 +141,7 @@ class Cache:
         if any(f.code in UNCACHED for f in result.findings):
             return
         body = {"path": result.path, "status": result.status, "error": result.error, "migrated": result.migrated,
-                "helpers": list(result.helpers), "digest": result.digest,
+                "diff": result.diff, "helpers": list(result.helpers), "digest": result.digest,
                 "findings": [_finding_json(f) for f in result.findings]}
         entry = {"format": FORMAT, "version": VERSION, "key": key, "checksum": _checksum(body), "result": body}
         target = self._entry(key)
@@ -156,15 +172,15 @@ def _result(body: dict, data: bytes) -> Optional[FileResult]:
     findings = [_finding(f) for f in body["findings"]]
     if any(f is None for f in findings):
         return None
-    original = None
+    original, diff = None, body.get("diff")
     if status == "changed":
-        if not isinstance(migrated, str):
+        if not (isinstance(migrated, str) and isinstance(diff, str)):
             return None
         try:
             original = data.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    elif migrated is not None:
+    elif migrated is not None or diff is not None:
         return None
     return FileResult(body["path"], status, findings, error=body.get("error"), original=original, migrated=migrated,
-                      helpers=helpers, digest=body["digest"])
+                      helpers=helpers, digest=body["digest"], diff=diff)

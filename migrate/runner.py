@@ -114,9 +114,18 @@ def _migrate_task(task: Task) -> FileResult:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "(--file-timeout); not migrated")
     result.digest = digest
+    if result.status == "changed":
+        result.diff = _file_diff(result)
     if key is not None:
         job.cache.put(key, result)
     return result
+
+
+def _file_diff(result: FileResult) -> str:
+    from npu_migrate.migrate.outputs.changes import Change  # the outputs import this module
+    from npu_migrate.migrate.outputs.patch import file_diff
+
+    return file_diff(Change(result.path, result.original, result.migrated))
 
 
 def _lost(task: Task, why: str) -> FileResult:

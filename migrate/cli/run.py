@@ -120,7 +120,12 @@ def run_migration(path, out, in_place, force, report_dir, opmap, select, ignore,
 def _cache(cache_dir: Optional[Path], opmap, select, ignore, limits: Limits):
     if cache_dir is None:
         return None
-    from npu_migrate.migrate.cache import Cache, salt
+    from npu_migrate.migrate.cache import Cache, salt, unsafe
+
+    problem = unsafe(cache_dir)
+    if problem:
+        console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
+        return None
     from npu_migrate.migrate.rules import select_rules
     from npu_migrate.opmap.table import builtin_files
 

@@ -30,6 +30,7 @@ class Change:
     old: Optional[str]  # None for a new file
     new: str
     helper: bool = False  # a vendored helper module (written before the files that import it)
+    diff: Optional[str] = None  # its diff, when the worker made it already
 
 
 def helper_source(name: str) -> str:
@@ -82,7 +83,7 @@ def collect_changes(run: RunResult) -> List[Change]:
             if blocked:
                 run.files[i] = error_result(result.path, diagnostics.HELPER_CONFLICT,
                                             f"{blocked[0]}; this file needs the helper and is left unchanged")
-    changes = {r.path: Change(r.path, r.original, r.migrated) for r in run.changed}
+    changes = {r.path: Change(r.path, r.original, r.migrated, diff=r.diff) for r in run.changed}
     for path, text in helpers.items():
         if path not in refused and path not in changes and not os.path.lexists(run.root / path):
             changes[path] = Change(path, None, text, helper=True)

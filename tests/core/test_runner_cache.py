@@ -103,3 +103,14 @@ def test_the_key_changes_with_the_options_and_the_op_table(tmp_path):
     with_extra = salt([*builtin_files(), extra], rules, None, None, Limits())
     extra.write_text("# changed\n[]\n")
     assert with_extra != salt([*builtin_files(), extra], rules, None, None, Limits())
+
+
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
+    from npu_migrate.migrate.cache import unsafe
+
+    assert unsafe(tmp_path / "mine") is None
+    assert (tmp_path / "mine").stat().st_mode & 0o777 == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert "writable by other users" in unsafe(shared)
