@@ -159,3 +159,16 @@ def test_in_place_interrupted_by_a_full_disk_can_be_resumed_and_reverted(tmp_pat
         reverted = invoke(repo, "--in-place", "--revert", "--report-dir", tmp_path / "r")
         assert reverted.exit_code == 0, reverted.output
         assert snapshot(repo) == original
+
+
+def test_in_place_with_a_directory_named_npu_glue_never_half_migrates(repo, tmp_path):
+    (repo / "pkg/npu_glue.py").mkdir()
+    git_init(repo, commit=False)
+    (repo / "pkg/npu_glue.py/keep").write_text("x\n")
+    result = invoke(repo, "--in-place", "--force", "--report-dir", tmp_path / "r")
+    assert result.exit_code == exitcodes.FILE_ERRORS, result.output
+    assert (repo / "pkg/m.py").read_text() == GLUED  # needs the helper: left unchanged, not importing a missing one
+    assert ".npu()" in (repo / "train.py").read_text()
+    files = {f["path"]: f for f in _report(tmp_path / "r")["files"]}
+    assert "NPU011" in files["pkg/m.py"]["error"] and "directory" in files["pkg/m.py"]["error"]
+    assert _report(tmp_path / "r")["written"]["complete"]
