@@ -4,8 +4,9 @@
 ``(item, result)`` as results arrive. Unlike a ``ProcessPoolExecutor`` (where one segfault breaks
 the whole pool), each worker has its own pipe and answers item by item, so the parent always knows
 which item a worker is on. When a worker dies (a crash in native code, the OOM killer) or stays
-silent past ``hard_seconds`` on one item, the parent kills it, yields ``lost(item, why)`` for that
-item, puts the rest of its chunk back at the front of the queue and starts a new worker.
+silent on one item past ``hard_seconds`` of CPU time (or ``wall_seconds`` of wall-clock time), the
+parent kills it, yields ``lost(item, why)`` for that item, puts the rest of its chunk back at the
+front of the queue and starts a new worker.
 
 Chunks go out on demand (a worker gets the next one when it has answered the last), so uneven
 files balance themselves and nothing queues up inside a worker: on Ctrl-C the parent kills the
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence, Tuple
 
+from npu_migrate.migrate.limits import cpu_seconds
+
 POLL_SECONDS = 0.5  # the longest the parent sleeps between checks of silent workers
 
 
@@ -36,6 +39,20 @@ class _Worker:
     chunk: List[Any] = field(default_factory=list)
     answered: int = 0
     since: float = 0.0  # when the current item started (the last answer or the hand-out)
+    cpu_since: Optional[float] = None  # the worker's CPU seconds then (None: unknown)
+
+    def started(self) -> None:
+        self.since, self.cpu_since = time.monotonic(), cpu_seconds(self.process.pid)
+
+    def overdue(self, hard_seconds: float, wall_seconds: float) -> Optional[str]:
+        """Why the worker is to be stopped on its current item, or None."""
+        if hard_seconds and self.cpu_since is not None:
+            used = cpu_seconds(self.process.pid)
+            if used is not None and used - self.cpu_since > hard_seconds:
+                return f"no answer after {hard_seconds:.0f} s of CPU time (the worker was stopped)"
+        if wall_seconds and time.monotonic() - self.since > wall_seconds:
+            return f"no answer after {wall_seconds:.0f} s (the worker was stopped)"
+        return None
 
     @property
     def busy(self) -> bool:
@@ -77,11 +94,13 @@ def _chunks(items: Sequence[Any], jobs: int) -> Deque[List[Any]]:
 
 
 def supervise(items: Sequence[Any], work: Callable[[Any], Any], lost: Callable[[Any, str], Any], *, jobs: int,
-              setup: Callable[[], None] = lambda: None, hard_seconds: float = 0.0) -> Iterator[Tuple[Any, Any]]:
+              setup: Callable[[], None] = lambda: None, hard_seconds: float = 0.0,
+              wall_seconds: float = 0.0) -> Iterator[Tuple[Any, Any]]:
     """Yield ``(item, work(item))`` for every item, computed in ``jobs`` forked workers.
 
-    ``setup()`` runs once in each worker before its first item. An item whose worker died or was
-    silent for more than ``hard_seconds`` (0: no limit) yields ``(item, lost(item, why))``.
+    ``setup()`` runs once in each worker before its first item. An item whose worker died, or used
+    more than ``hard_seconds`` of CPU time or ``wall_seconds`` of wall-clock time on it (0: no
+    limit), yields ``(item, lost(item, why))``.
     """
     context = multiprocessing.get_context("fork")
     queue = _chunks(items, max(1, jobs))
@@ -99,14 +118,13 @@ def supervise(items: Sequence[Any], work: Callable[[Any], Any], lost: Callable[[
         while True:
             for worker in workers:
                 if not worker.busy and queue:
-                    worker.chunk, worker.answered, worker.since = queue.popleft(), 0, time.monotonic()
+                    worker.chunk, worker.answered = queue.popleft(), 0
+                    worker.started()
                     worker.conn.send(worker.chunk)
             busy = [w for w in workers if w.busy]
             if not busy:
                 return
             timeout = POLL_SECONDS
-            if hard_seconds:
-                timeout = max(0.0, min(timeout, min(w.since + hard_seconds for w in busy) - time.monotonic()))
             ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout))
             for worker in busy:
                 failure = None
@@ -116,14 +134,14 @@ def supervise(items: Sequence[Any], work: Callable[[Any], Any], lost: Callable[[
                             result = worker.conn.recv()
                             yield worker.current, result
                             worker.answered += 1
-                            worker.since = time.monotonic()
+                            worker.started()
                     except (EOFError, OSError):
                         pass
                     if worker.busy and not worker.process.is_alive():
                         worker.process.join()
                         failure = f"the worker process died while migrating it ({death_reason(worker.process.exitcode)})"
-                if failure is None and worker.busy and hard_seconds and time.monotonic() - worker.since > hard_seconds:
-                    failure = f"no answer after {hard_seconds:.0f} s (the worker was stopped)"
+                if failure is None and worker.busy:
+                    failure = worker.overdue(hard_seconds, wall_seconds)
                 if failure is not None:
                     item, rest = worker.current, worker.chunk[worker.answered + 1:]
                     _stop(worker)

@@ -112,7 +112,7 @@ def _migrate_task(task: Task) -> FileResult:
             result = job.engine.migrate(path, data, in_package=in_package)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
-                                                         "(--file-timeout); not migrated")
+                                                         "of CPU time (--file-timeout); not migrated")
     result.digest = digest
     if result.status == "changed":
         result.diff = _file_diff(result)
@@ -132,7 +132,7 @@ def _lost(task: Task, why: str) -> FileResult:
     """The result of a file whose worker died or stayed silent past the hard limit."""
     if why.startswith("no answer"):
         return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
-                                                            "(--file-timeout); the worker was stopped; not migrated")
+                                                            f"(--file-timeout; {why}); not migrated")
     return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
@@ -200,7 +200,8 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     try:
         with _progress(len(tasks), progress) as advance:
             if isolate:
-                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, hard_seconds=limits.hard_seconds)
+                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, hard_seconds=limits.hard_seconds,
+                                 wall_seconds=limits.wall_seconds)
             else:
                 done = ((task, _migrate_task(task)) for task in tasks)
             for _, result in done:
