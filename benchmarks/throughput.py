@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -108,18 +109,32 @@ def main(argv=None) -> None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
 
 
+def _cpu() -> tuple:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
 def _scaling(root: Path, paths: List[str], table, jobs: int, rounds: int) -> None:
+    """Paired --jobs 1 / --jobs N rounds; also where the CPU goes: the parent's share is the serial
+    part (Amdahl), which bounds the speed-up on N otherwise idle cores."""
     ratios = []
     for i in range(rounds):
         order = [1, jobs] if i % 2 == 0 else [jobs, 1]
-        took = {}
+        took, cpu = {}, {}
         for n in order:
+            before = _cpu()
             start = time.perf_counter()
             run(root, paths, table, jobs=n)
             took[n] = time.perf_counter() - start
+            after = _cpu()
+            cpu[n] = (after[0] - before[0], after[1] - before[1])
         ratios.append(took[1] / took[jobs])
+        parent, workers = cpu[jobs]
+        serial = parent / (parent + workers)
         print(f"round {i + 1} (--jobs {order[0]} first): --jobs 1 {took[1]:7.2f} s, --jobs {jobs} {took[jobs]:7.2f} s, "
-              f"speed-up {ratios[-1]:.2f}x (target >= 1.8x)")
+              f"speed-up {ratios[-1]:.2f}x (target >= 1.8x); --jobs {jobs} CPU: parent {parent:.2f} s, workers "
+              f"{workers:.2f} s ({workers / took[jobs]:.2f} cores busy on average), serial share {serial:.1%} -> "
+              f"{1 / (serial + (1 - serial) / jobs):.2f}x on {jobs} idle cores")
     print(f"speed-up over the rounds: min {min(ratios):.2f}x, max {max(ratios):.2f}x")
 
 
