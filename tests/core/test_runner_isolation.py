@@ -140,6 +140,19 @@ main()
     assert_ok_migrated(tmp_path)
 
 
+def _children(pid: int) -> list:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 def test_ctrl_c_stops_a_large_run_within_seconds(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -150,7 +163,10 @@ def test_ctrl_c_stops_a_large_run_within_seconds(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "npu_migrate.migrate", "run", str(repo), "--out",
                                 str(tmp_path / "out"), "--report-dir", str(tmp_path / "r"), "--jobs", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    time.sleep(4)
+    deadline = time.monotonic() + 120
+    while not _children(process.pid) and time.monotonic() < deadline:  # wait until the workers run
+        time.sleep(0.2)
+    time.sleep(1)
     assert process.poll() is None, "the run ended before it could be interrupted"
     sent = time.monotonic()
     process.send_signal(signal.SIGINT)
