@@ -42,6 +42,7 @@ def _cases():
         "npu_glue-symlink": ({"norm.py": _RMS, "npu_glue.py": ("link", "/etc/passwd")}, [], 16, "norm.py"),
         "out-is-link-to-path": ({}, ["--out", "{link}"], 32, None),
         "report-dir-is-path": ({"report.md": "# mine\n"}, ["--report-dir", "{repo}"], 32, None),
+        "report-dir-is-a-file": ({}, ["--report-dir", "{repo}/../a-file"], 32, None),
     }
 
 
@@ -100,6 +101,7 @@ def main(argv=None) -> int:
         _write(repo, files)
         if "{link}" in extra:
             os.symlink(repo, case / "link")
+        (case / "a-file").write_text("not a directory\n")
         extra = [a.replace("{link}", str(case / "link")).replace("{repo}", str(repo)) for a in extra]
         outside = _snapshot(case, [out, reports])
         command = [sys.executable, "-m", "npu_migrate.migrate", "run", str(repo), "--jobs", args.jobs, "--no-cache"]

@@ -18,6 +18,7 @@ Symbolic links are listed with the other files (copied as links, never migrated 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,9 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
                 files.other.append(rel)
             elif full.is_dir():
                 files.excluded.append(Excluded(rel + "/", "a nested git repository (submodule): not entered"))
-            continue  # deleted but still in the index, a socket...
+            elif os.path.lexists(full):
+                files.excluded.append(Excluded(rel, "not a regular file (a socket, FIFO or device): not copied"))
+            continue  # deleted but still in the index
         (files.python if rel.endswith(".py") else files.other).append(rel)
     for prefix in prefixes:
         if (root / prefix).exists():
@@ -102,7 +105,7 @@ def git_toplevel(path: Path) -> Optional[Path]:
 def _git_files(root: Path, files: Files) -> Optional[List[str]]:
     if git_toplevel(root) is None:
         return None
-    listed = _git_ls(root, "--cached", "--others", "--exclude-standard")
+    listed = _git_ls(root, "--cached", "--others", "--exclude-standard", problems=files.unlistable)
     if listed is None:
         return None
     for rel in _git_ls(root, "--others", "--ignored", "--exclude-standard", "--directory") or ():
@@ -112,10 +115,19 @@ def _git_files(root: Path, files: Files) -> Optional[List[str]]:
     return listed
 
 
-def _git_ls(root: Path, *options: str) -> Optional[List[str]]:
+_UNOPENED = re.compile(r"^warning: could not open directory '(.*)': (.*)$")
+
+
+def _git_ls(root: Path, *options: str, problems: Optional[List[Excluded]] = None) -> Optional[List[str]]:
+    """``git ls-files`` output; directories git could not open (it only warns) go to ``problems``."""
     done = subprocess.run(["git", "-C", str(root), "ls-files", *options, "-z"], capture_output=True, check=False)
     if done.returncode != 0:
         return None
+    if problems is not None:
+        for line in done.stderr.decode("utf-8", "surrogateescape").splitlines():
+            match = _UNOPENED.match(line)
+            if match:
+                problems.append(Excluded(match.group(1), f"cannot be listed: {match.group(2)}"))
     return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
 

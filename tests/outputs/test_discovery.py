@@ -74,3 +74,10 @@ def test_every_file_is_listed_or_excluded_with_a_reason(tmp_path, in_git):
     missing = [rel for rel in every if not _covered(files, rel)]
     assert not missing
     assert all(e.reason for e in files.excluded)
+
+
+def test_fifos_are_excluded_with_a_reason(tmp_path):
+    _tree(tmp_path, ["a.py"])
+    os.mkfifo(tmp_path / "pipe")
+    files = discover(tmp_path)
+    assert [(e.path, e.reason.split(" (")[0]) for e in files.excluded] == [("pipe", "not a regular file")]
