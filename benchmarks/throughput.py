@@ -1,13 +1,16 @@
 """Migration throughput against libcst's parse-only throughput on the same files and cores.
 
-    python benchmarks/throughput.py [DIR] [--jobs N] [--sample N] [--profile N]
+    python benchmarks/throughput.py [DIR] [--jobs N] [--sample N] [--rounds N] [--profile N] [--scaling ROUNDS]
 
 DIR defaults to the installed ``transformers/models`` package. Both measurements read every
 ``.py`` file and use the same number of processes; the migration runs in memory (the runner never
 writes, and no tree is written here), so site-packages is never touched. ``--sample N`` takes
 every k-th file so that about N files spread over the whole directory are measured. The ratio is
-migrate lines/s over parse-only lines/s; the target is at least 25%. ``--profile N`` also runs
+migrate lines/s over parse-only lines/s; the target is at least 50%. ``--profile N`` also runs
 the migration of the first N files under cProfile in this process and prints where the time goes.
+``--scaling ROUNDS`` measures the parallel speed-up instead: the in-memory migration with
+``--jobs 1`` and with ``--jobs N``, alternated ROUNDS times (paired: each pair runs back to back on
+the same machine load), printing each pair's ratio (target >= 1.8x for N = 2).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -66,6 +70,8 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="measure about N files, evenly spread")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first N files (jobs 1)")
+    parser.add_argument("--scaling", type=int, default=0, metavar="ROUNDS", help="jobs 1 vs jobs N, paired")
+    parser.add_argument("--rounds", type=int, default=1, help="parse-only/migrate pairs, alternating the order")
     args = parser.parse_args(argv)
 
     root = (args.directory or _default_dir()).resolve()
@@ -75,24 +81,61 @@ def main(argv=None) -> None:
     lines = sum((root / p).read_bytes().count(b"\n") for p in paths)  # also warms the page cache
     table = load_table()
     print(f"{root}: {len(paths)} Python files, {lines} lines, {args.jobs} processes")
+    if args.scaling:
+        _scaling(root, paths, table, args.jobs, args.scaling)
+        return
 
-    parse_s = parse_only(root, paths, args.jobs)
-    start = time.perf_counter()
-    result = run(root, paths, table, jobs=args.jobs)
-    migrate_s = time.perf_counter() - start
-
-    counts = ", ".join(f"{result.count(s)} {s}" for s in ("changed", "unchanged", "skipped", "error"))
-    print(f"migrate:    {lines / migrate_s:12,.0f} lines/s  ({migrate_s:.2f} s; {counts}; "
-          f"{len(result.rewritten)} rewritten, {len(result.reported)} reported)")
-    print(f"parse-only: {lines / parse_s:12,.0f} lines/s  ({parse_s:.2f} s)")
-    print(f"ratio:      {parse_s / migrate_s:12.1%}  (target >= 25%)")
+    for round_ in range(args.rounds):  # alternated: each pair runs back to back on the same machine load
+        first_parse = round_ % 2 == 0
+        if first_parse:
+            parse_s = parse_only(root, paths, args.jobs)
+        start = time.perf_counter()
+        result = run(root, paths, table, jobs=args.jobs)
+        migrate_s = time.perf_counter() - start
+        if not first_parse:
+            parse_s = parse_only(root, paths, args.jobs)
+        counts = ", ".join(f"{result.count(s)} {s}" for s in ("changed", "unchanged", "skipped", "error"))
+        print(f"round {round_ + 1} ({'parse-only' if first_parse else 'migrate'} first)")
+        print(f"migrate:    {lines / migrate_s:12,.0f} lines/s  ({migrate_s:.2f} s; {counts}; "
+              f"{len(result.rewritten)} rewritten, {len(result.reported)} reported)")
+        print(f"parse-only: {lines / parse_s:12,.0f} lines/s  ({parse_s:.2f} s)")
+        print(f"ratio:      {parse_s / migrate_s:12.1%}  (target >= 50%)")
 
     if args.profile:
         subset = paths[:args.profile]
         profiler = cProfile.Profile()
-        profiler.runcall(run, root, subset, table, jobs=1)
+        profiler.runcall(run, root, subset, table, jobs=1, isolate=False)
         print(f"\nprofile of the migration of {len(subset)} files, --jobs 1:")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+
+
+def _cpu() -> tuple:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
+def _scaling(root: Path, paths: List[str], table, jobs: int, rounds: int) -> None:
+    """Paired --jobs 1 / --jobs N rounds; also where the CPU goes: the parent's share is the serial
+    part (Amdahl), which bounds the speed-up on N otherwise idle cores."""
+    ratios = []
+    for i in range(rounds):
+        order = [1, jobs] if i % 2 == 0 else [jobs, 1]
+        took, cpu = {}, {}
+        for n in order:
+            before = _cpu()
+            start = time.perf_counter()
+            run(root, paths, table, jobs=n)
+            took[n] = time.perf_counter() - start
+            after = _cpu()
+            cpu[n] = (after[0] - before[0], after[1] - before[1])
+        ratios.append(took[1] / took[jobs])
+        parent, workers = cpu[jobs]
+        serial = parent / (parent + workers)
+        print(f"round {i + 1} (--jobs {order[0]} first): --jobs 1 {took[1]:7.2f} s, --jobs {jobs} {took[jobs]:7.2f} s, "
+              f"speed-up {ratios[-1]:.2f}x (target >= 1.8x); --jobs {jobs} CPU: parent {parent:.2f} s, workers "
+              f"{workers:.2f} s ({workers / took[jobs]:.2f} cores busy on average), serial share {serial:.1%} -> "
+              f"{1 / (serial + (1 - serial) / jobs):.2f}x on {jobs} idle cores")
+    print(f"speed-up over the rounds: min {min(ratios):.2f}x, max {max(ratios):.2f}x")
 
 
 if __name__ == "__main__":

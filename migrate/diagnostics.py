@@ -11,6 +11,15 @@ RULE_CRASH = "NPU003"  # a rule raised on this file; the file is left unchanged
 OUTPUT_INVALID = "NPU004"  # the rewritten file did not parse again; the file is left unchanged
 READ_ERROR = "NPU005"  # the file could not be read
 NOT_APPLIED = "NPU006"  # a rewrite overlapped another one and was not applied; the site is reported
+TOO_LARGE = "NPU007"  # the file is over the per-file size limit
+TIMED_OUT = "NPU008"  # the file's migration ran past the per-file time budget
+WORKER_DIED = "NPU009"  # the process migrating the file died (a crash in native code)
+TOO_DEEP = "NPU010"  # nesting too deep (RecursionError) or out of memory on this file
+HELPER_CONFLICT = "NPU011"  # an npu_glue.py that is not the vendored helper is in the file's directory
+BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF-8 bytes, control characters)
+WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
+UNLISTABLE = "NPU014"  # a directory could not be listed
+CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",
@@ -19,8 +28,19 @@ TOOL_CODES: Dict[str, str] = {
     OUTPUT_INVALID: "the migrated file would not parse; left unchanged",
     READ_ERROR: "file could not be read",
     NOT_APPLIED: "a rewrite was not applied: it overlaps another rewrite (the site is reported)",
+    TOO_LARGE: "file is over the per-file size limit; not migrated",
+    TIMED_OUT: "file ran past the per-file time budget; not migrated",
+    WORKER_DIED: "the process migrating the file crashed; not migrated",
+    TOO_DEEP: "nesting too deep or out of memory on the file; not migrated",
+    HELPER_CONFLICT: "an npu_glue.py that is not the vendored helper is in the way; files needing it left unchanged",
+    BAD_NAME: "file name has non-UTF-8 bytes or control characters; not migrated",
+    WRITE_ERROR: "the output file could not be written",
+    UNLISTABLE: "directory could not be listed; its files are not in the output",
+    CHANGED_DURING_RUN: "file changed on disk during the run; not written",
 }
-FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR})  # whole files, not sites
+FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR, TOO_LARGE, TIMED_OUT,
+                         WORKER_DIED, TOO_DEEP, HELPER_CONFLICT, BAD_NAME, WRITE_ERROR, UNLISTABLE,
+                         CHANGED_DURING_RUN})  # whole files, not sites
 
 DOCS_DIR = Path(__file__).parent / "docs"
 

@@ -1,25 +1,43 @@
-"""Finding the files of a tree: which ones to migrate (``.py``) and which to copy unchanged.
+"""Finding the files of a tree: which ones to migrate (``.py``), which to copy unchanged, and which
+are left out, each with its reason, so that every file under PATH is either in the output or named
+in the report.
 
-In a git work tree (one that does not ignore PATH itself), git decides (``git ls-files --cached --others --exclude-standard``), so every
-``.gitignore`` level, ``.git/info/exclude`` and the global excludes are honoured exactly. Outside
-git, a plain walk skips ``.git``, ``__pycache__``, ``node_modules`` and virtualenvs (directories
-holding ``pyvenv.cfg``) and applies the patterns of the top-level ``.gitignore`` only, with
-``fnmatch`` (a simplification: no negation ``!``, no nested ``.gitignore`` files; a pattern with
-a ``/`` matches the path from the top, one without matches any path component's name).
+In a git work tree (one that does not ignore PATH itself), git decides (``git ls-files --cached
+--others --exclude-standard``), so every ``.gitignore`` level, ``.git/info/exclude`` and the global
+excludes are honoured exactly; the ignored files and directories git names (``--ignored
+--directory``) are the excluded ones. Outside git, a walk applies every ``.gitignore`` file of the
+tree with full gitignore semantics (the ``pathspec`` library: negation ``!``, nested files whose
+patterns are relative to their own directory, directory-only patterns, ``**``); as in git, a file
+below an ignored directory cannot be re-included. The walk also leaves out ``.git``,
+``__pycache__``, ``node_modules`` and virtualenvs (directories holding ``pyvenv.cfg``); a
+directory it cannot list is reported (NPU014), not fatal.
 
 Symbolic links are listed with the other files (copied as links, never migrated through).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-SKIP_DIRS = {".git", "__pycache__", "node_modules", ".hg", ".svn"}
+import pathspec
+
+SKIP_DIRS = {".git": "version-control metadata", ".hg": "version-control metadata",
+             ".svn": "version-control metadata", "__pycache__": "bytecode cache",
+             "node_modules": "JavaScript dependencies"}
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A path under PATH that is not in the output, and why (a directory, ending in ``/``, stands for
+    all its files)."""
+
+    path: str
+    reason: str
 
 
 @dataclass
@@ -28,15 +46,17 @@ class Files:
 
     python: List[str] = field(default_factory=list)  # candidates for migration
     other: List[str] = field(default_factory=list)  # copied unchanged into the output tree
+    excluded: List[Excluded] = field(default_factory=list)  # left out, with the reason
+    unlistable: List[Excluded] = field(default_factory=list)  # directories that could not be read (NPU014)
 
 
 def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
     """The files under ``root``; directories in ``exclude`` (e.g. a report dir inside it) are left out."""
     root = Path(root).resolve()
-    listed = _git_files(root)
-    paths = listed if listed is not None else _walk(root)
-    prefixes = [p for p in (relative_dir(root, Path(e)) for e in exclude) if p]
     files = Files()
+    listed = _git_files(root, files)
+    paths = listed if listed is not None else _walk(root, files)
+    prefixes = [p for p in (relative_dir(root, Path(e)) for e in exclude) if p]
     for rel in sorted(set(paths)):
         if any(rel == p or rel.startswith(p + "/") for p in prefixes):
             continue
@@ -44,8 +64,16 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
         if full.is_symlink() or not full.is_file():
             if full.is_symlink():
                 files.other.append(rel)
-            continue  # deleted but still in the index, a submodule, a socket...
+            elif full.is_dir():
+                files.excluded.append(Excluded(rel + "/", "a nested git repository (submodule): not entered"))
+            elif os.path.lexists(full):
+                files.excluded.append(Excluded(rel, "not a regular file (a socket, FIFO or device): not copied"))
+            continue  # deleted but still in the index
         (files.python if rel.endswith(".py") else files.other).append(rel)
+    for prefix in prefixes:
+        if (root / prefix).exists():
+            files.excluded.append(Excluded(prefix + "/", "the output or report directory of this run"))
+    files.excluded.sort(key=lambda e: e.path)
     return files
 
 
@@ -74,48 +102,102 @@ def git_toplevel(path: Path) -> Optional[Path]:
     return None if ignored.returncode == 0 else Path(done.stdout.strip())
 
 
-def _git_files(root: Path) -> Optional[List[str]]:
+def _git_files(root: Path, files: Files) -> Optional[List[str]]:
     if git_toplevel(root) is None:
         return None
-    done = subprocess.run(["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                          capture_output=True, check=False)
+    listed = _git_ls(root, "--cached", "--others", "--exclude-standard", problems=files.unlistable)
+    if listed is None:
+        return None
+    for rel in _git_ls(root, "--others", "--ignored", "--exclude-standard", "--directory") or ():
+        files.excluded.append(Excluded(rel, "ignored by git (.gitignore, .git/info/exclude or the global excludes)"))
+    if (root / ".git").exists():
+        files.excluded.append(Excluded(".git/", SKIP_DIRS[".git"]))
+    return listed
+
+
+_UNOPENED = re.compile(r"^warning: could not open directory '(.*)': (.*)$")
+
+
+def _git_ls(root: Path, *options: str, problems: Optional[List[Excluded]] = None) -> Optional[List[str]]:
+    """``git ls-files`` output; directories git could not open (it only warns) go to ``problems``."""
+    done = subprocess.run(["git", "-C", str(root), "ls-files", *options, "-z"], capture_output=True, check=False)
     if done.returncode != 0:
         return None
+    if problems is not None:
+        for line in done.stderr.decode("utf-8", "surrogateescape").splitlines():
+            match = _UNOPENED.match(line)
+            if match:
+                problems.append(Excluded(match.group(1), f"cannot be listed: {match.group(2)}"))
     return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def _ignore_patterns(root: Path) -> List[str]:
-    path = root / ".gitignore"
-    if not path.is_file():
-        return []
-    lines = (line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
-    return [line for line in lines if line and not line.startswith(("#", "!"))]
+class _Ignores:
+    """The ``.gitignore`` files met so far on the walk, each applying below its own directory."""
 
+    def __init__(self) -> None:
+        self.specs: Dict[str, pathspec.GitIgnoreSpec] = {}  # directory ("" for the root) -> its patterns
 
-def _ignored(rel: str, is_dir: bool, patterns: Iterable[str]) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    for pattern in patterns:
-        if pattern.endswith("/"):
-            if not is_dir:
+    def read(self, root: Path, base: str, files: Files) -> None:
+        path = root / base / ".gitignore" if base else root / ".gitignore"
+        if not path.is_file() or path.is_symlink():
+            return
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            files.unlistable.append(Excluded(_rel(base, ".gitignore"), f"cannot be read: {exc.strerror}"))
+            return
+        self.specs[base] = pathspec.GitIgnoreSpec.from_lines(lines)
+
+    def why(self, rel: str, is_dir: bool) -> Optional[str]:
+        """The ignoring pattern and its file, when ``rel`` is ignored (deeper files win, last match wins)."""
+        verdict: Optional[Tuple[str, str]] = None
+        for base, spec in self.specs.items():
+            if base and not rel.startswith(base + "/"):
                 continue
-            pattern = pattern.rstrip("/")
-        if "/" in pattern:
-            if fnmatch.fnmatchcase(rel, pattern.lstrip("/")):
-                return True
-        elif fnmatch.fnmatchcase(name, pattern):
-            return True
-    return False
+            inner = rel[len(base) + 1:] if base else rel
+            check = spec.check_file(inner + "/" if is_dir else inner)
+            if check.include is not None and (verdict is None or base.count("/") >= verdict[0].count("/")):
+                pattern = spec.patterns[check.index].pattern if check.index is not None else "?"
+                verdict = (base, pattern if check.include else "")
+        if verdict is None or not verdict[1]:
+            return None
+        return f"ignored by {_rel(verdict[0], '.gitignore')} (pattern {verdict[1]!r})"
 
 
-def _walk(root: Path) -> List[str]:
-    patterns = _ignore_patterns(root)
+def _rel(base: str, name: str) -> str:
+    return f"{base}/{name}" if base else name
+
+
+def _walk(root: Path, files: Files) -> List[str]:
+    ignores = _Ignores()
     found = []
-    for current, dirs, names in os.walk(root):
+
+    def unlistable(exc: OSError) -> None:
+        rel = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
+        files.unlistable.append(Excluded(("" if rel == "." else rel) + "/", f"cannot be listed: {exc.strerror or exc}"))
+
+    for current, dirs, names in os.walk(root, onerror=unlistable):
         base = Path(current).relative_to(root).as_posix()
-        prefix = "" if base == "." else base + "/"
-        kept = [d for d in dirs if d not in SKIP_DIRS and not (Path(current, d) / "pyvenv.cfg").exists()
-                and not _ignored(prefix + d, True, patterns)]
-        links = [d for d in kept if Path(current, d).is_symlink()]  # listed as files, not entered
-        dirs[:] = sorted(d for d in kept if d not in links)
-        found.extend(prefix + n for n in [*names, *links] if not _ignored(prefix + n, False, patterns))
+        base = "" if base == "." else base
+        ignores.read(root, base, files)
+        kept = []
+        for d in sorted(dirs):
+            rel = _rel(base, d)
+            full = Path(current, d)
+            reason = SKIP_DIRS.get(d) or ("a virtual environment" if (full / "pyvenv.cfg").exists() else None) \
+                or ignores.why(rel, not full.is_symlink())
+            if reason:
+                files.excluded.append(Excluded(rel + "/", reason))
+            elif full.is_symlink():
+                found.append(rel)  # listed as a file (copied as a link), not entered
+            else:
+                kept.append(d)
+        dirs[:] = kept
+        for name in names:
+            rel = _rel(base, name)
+            reason = ignores.why(rel, False)
+            if reason:
+                files.excluded.append(Excluded(rel, reason))
+            else:
+                found.append(rel)
     return found

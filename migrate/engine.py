@@ -70,6 +70,18 @@ class Engine:
         return [rule for rule in self.rules if any(t in data for t in rule.triggers)]
 
     def migrate(self, path: str, data: bytes, *, in_package: bool = False) -> FileResult:
+        """The file's result; never raises for a bad file (pathological nesting and memory included)."""
+        try:
+            return self._migrate(path, data, in_package)
+        except RecursionError as exc:
+            return error_result(path, diagnostics.TOO_DEEP, f"nesting too deep to migrate ({_exception_line(exc)}); "
+                                                            "not migrated")
+        except MemoryError:
+            return error_result(path, diagnostics.TOO_DEEP, "ran out of memory while migrating; not migrated")
+        except Exception as exc:
+            return error_result(path, diagnostics.RULE_CRASH, f"migration crashed: {_exception_line(exc)}")
+
+    def _migrate(self, path: str, data: bytes, in_package: bool) -> FileResult:
         rules = self.applicable(data)
         if not rules:
             return FileResult(path, "skipped")

@@ -57,3 +57,5 @@ class FileResult:
     original: Optional[str] = None  # source text, kept only when the file changed
     migrated: Optional[str] = None
     helpers: List[str] = field(default_factory=list)  # helper modules the migrated file imports
+    digest: Optional[str] = None  # sha256 of the bytes that were migrated (in-place writes check it)
+    diff: Optional[str] = None  # the file's part of changes.patch, made in the worker (and cached)

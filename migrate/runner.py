@@ -1,24 +1,32 @@
-"""Running the engine over a tree's Python files, in parallel, without writing anything.
+"""Running the engine over a tree's Python files, in worker processes, without writing anything.
 
-Workers get paths, not contents: each reads its files itself, so only the (small) results travel
-back. Each worker process builds the engine once (the op table is handed over once per process at
-start-up) and files go out in chunks so the per-file cost of the pool stays small. Results come back
-sorted by path, whatever the number of processes.
+Every file runs under one guard: its read (``migrate.sources``: no links, a size limit), the
+engine (which turns RecursionError, MemoryError and crashes into the file's error result) and a
+time budget (``migrate.limits``). The parser runs in forked workers supervised by
+``migrate.pool`` even with ``jobs=1``, so a segfault in native code or a file that never returns
+costs that file only: the worker is replaced and the run goes on. Workers get paths, not
+contents, read the files themselves and answer file by file; with a result cache
+(``migrate.cache``) a worker returns a stored result for bytes it has seen before. Results come
+back sorted by path, whatever the number of processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.discovery import Excluded
 from npu_migrate.migrate.engine import Engine, build_engine, error_result
 from npu_migrate.migrate.findings import FileResult, Finding
+from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
+from npu_migrate.migrate.pool import supervise
+from npu_migrate.migrate.sources import SourceError, display, name_problem, read_source
 from npu_migrate.opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
@@ -31,6 +39,8 @@ class RunResult:
     root: Path
     files: List[FileResult]  # one per Python file, sorted by path
     copied: List[str] = field(default_factory=list)  # the other files of the tree, copied unchanged
+    excluded: List[Excluded] = field(default_factory=list)  # what discovery left out, with the reason
+    written: Optional["WriteOutcome"] = None  # what the run wrote (None: nothing was to be written)
 
     @property
     def findings(self) -> List[Finding]:
@@ -60,25 +70,70 @@ class RunResult:
         return dict(sorted(Counter(f.code for f in self.findings).items()))
 
 
-# -- worker side ------------------------------------------------------------------------------------
-_engine: Optional[Engine] = None
+@dataclass
+class WriteOutcome:
+    """Where a run wrote and how far it got: the report says which files were and were not written."""
+
+    target: str  # the output directory, or PATH for --in-place
+    written: List[str] = field(default_factory=list)
+    failed: Dict[str, str] = field(default_factory=dict)  # path -> why it was not written
+    complete: bool = False  # False when the writing stopped early (interrupted, a fatal error)
+    journal: Optional[str] = None  # --in-place: the journal that can finish or revert the run
+    backups: List[str] = field(default_factory=list)  # --in-place --force: the <file>.orig copies made
 
 
-def _init_worker(table: OpTable, select, ignore) -> None:
-    global _engine
-    _engine = build_engine(table, select, ignore)
+# -- one file ---------------------------------------------------------------------------------------
+@dataclass
+class _Job:
+    engine: Engine
+    root: Path
+    limits: Limits
+    cache: Optional[object] = None  # migrate.cache.Cache
 
 
-def _migrate_one(engine: Engine, root: Path, path: str, in_package: bool) -> FileResult:
+_job: Optional[_Job] = None  # set in the parent before the workers are forked
+
+
+def _migrate_task(task: Task) -> FileResult:
+    path, in_package = task
+    job = _job
     try:
-        data = (root / path).read_bytes()
-    except OSError as exc:
-        return error_result(path, diagnostics.READ_ERROR, f"cannot be read: {exc.strerror or exc}")
-    return engine.migrate(path, data, in_package=in_package)
+        data = read_source(job.root / path, job.limits.max_bytes)
+    except SourceError as exc:
+        return error_result(path, exc.code, exc.message)
+    digest = hashlib.sha256(data).hexdigest()
+    key = job.cache.key(path, digest, in_package) if job.cache is not None else None
+    if key is not None:
+        hit = job.cache.get(key, data)
+        if hit is not None:
+            return hit
+    try:
+        with time_budget(job.limits.max_seconds):
+            result = job.engine.migrate(path, data, in_package=in_package)
+    except FileTimeout:
+        return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
+                                                         "of CPU time (--file-timeout); not migrated")
+    result.digest = digest
+    if result.status == "changed":
+        result.diff = _file_diff(result)
+    if key is not None:
+        job.cache.put(key, result)
+    return result
 
 
-def _migrate_chunk(root: Path, chunk: Sequence[Task]) -> List[FileResult]:
-    return [_migrate_one(_engine, root, path, in_package) for path, in_package in chunk]
+def _file_diff(result: FileResult) -> str:
+    from npu_migrate.migrate.outputs.changes import Change  # the outputs import this module
+    from npu_migrate.migrate.outputs.patch import file_diff
+
+    return file_diff(Change(result.path, result.original, result.migrated))
+
+
+def _lost(task: Task, why: str) -> FileResult:
+    """The result of a file whose worker died or stayed silent past the hard limit."""
+    if why.startswith("no answer"):
+        return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
+                                                            f"(--file-timeout; {why}); not migrated")
+    return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
 # -- main side --------------------------------------------------------------------------------------
@@ -93,7 +148,7 @@ def _tasks(python: Sequence[str]) -> List[Task]:
 
 
 def chunked(items: Sequence, jobs: int) -> List[list]:
-    """About 8 chunks per process (balances uneven files), at most 64 files each (keeps the bar moving)."""
+    """About 8 chunks per process (balances uneven files), at most 64 files each."""
     size = max(1, min(64, len(items) // (jobs * 8) or 1))
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
@@ -101,9 +156,12 @@ def chunked(items: Sequence, jobs: int) -> List[list]:
 @contextmanager
 def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A transient Rich bar on stderr (when it is a terminal); yields the function that advances it."""
+    if not enabled or total <= PROGRESS_MIN_FILES:
+        yield lambda n: None
+        return
     from npu_migrate.migrate.console import console
 
-    if not enabled or total <= PROGRESS_MIN_FILES or not console.is_terminal:
+    if not console.is_terminal:
         yield lambda n: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -115,27 +173,41 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
 
 
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
-        copied: Sequence[str] = (), progress: bool = False) -> RunResult:
-    """Migrate ``python`` (paths relative to ``root``) in memory; ``jobs=1`` stays in this process.
+        copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
+        progress: bool = False,
+        limits: Limits = Limits(), cache=None, isolate: bool = True) -> RunResult:
+    """Migrate ``python`` (paths relative to ``root``) in memory.
 
-    ``progress`` draws a bar on stderr for runs over ``PROGRESS_MIN_FILES`` files.
+    ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
+    instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
+    bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
+    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result).
     """
+    global _job
     root = Path(root)
     jobs = max(1, jobs or os.cpu_count() or 1)
-    tasks = _tasks(python)
-    results: List[FileResult] = []
-    with _progress(len(tasks), progress) as advance:
-        if jobs == 1 or len(tasks) < 2:
-            engine = build_engine(table, select, ignore)
-            for path, in_package in tasks:
-                results.append(_migrate_one(engine, root, path, in_package))
-                advance(1)
+    results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
+    copied = list(copied)
+    tasks = []
+    for task in _tasks(python):
+        problem = name_problem(task[0])
+        if problem:  # reported under a printable name, copied under its own
+            results.append(error_result(display(task[0]), diagnostics.BAD_NAME, problem))
+            copied.append(task[0])
         else:
-            with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(table, select, ignore)) as pool:
-                futures = [pool.submit(_migrate_chunk, root, chunk) for chunk in chunked(tasks, jobs)]
-                for future in as_completed(futures):
-                    chunk = future.result()
-                    results.extend(chunk)
-                    advance(len(chunk))
+            tasks.append(task)
+    _job = _Job(build_engine(table, select, ignore), root, limits, cache)
+    try:
+        with _progress(len(tasks), progress) as advance:
+            if isolate:
+                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, hard_seconds=limits.hard_seconds,
+                                 wall_seconds=limits.wall_seconds)
+            else:
+                done = ((task, _migrate_task(task)) for task in tasks)
+            for _, result in done:
+                results.append(result)
+                advance(1)
+    finally:
+        _job = None
     results.sort(key=lambda r: r.path)
-    return RunResult(root, results, sorted(copied))
+    return RunResult(root, results, sorted(copied), list(excluded))

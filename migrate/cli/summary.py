@@ -24,7 +24,8 @@ def summary_line(report: dict) -> None:
     s = report["summary"]
     safety = s["rewrites_by_safety"]
     console.print(
-        f"{s['files_scanned']} Python files scanned ({_plural(s['files_other'], 'other file')}): "
+        f"{s['files_scanned']} Python files scanned ({_plural(s['files_other'], 'other file')}, "
+        f"{s.get('files_excluded', 0)} excluded): "
         f"{s['files_changed']} changed, {s['files_unchanged']} unchanged, "
         f"{s['files_skipped']} skipped (nothing to migrate), {s['files_errored']} with errors; "
         f"{s['sites_rewritten']} sites rewritten ({safety['safe']} safe, {safety['numerics-changing']} "

@@ -49,7 +49,7 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     paths = {}
     for name, text in texts.items():
         paths[name] = Path(report_dir) / name
-        write_atomic(paths[name], text.encode("utf-8", "surrogateescape"))
+        write_atomic(paths[name], text.encode("utf-8", "backslashreplace"))  # odd file names
     return paths
 
 

@@ -4,18 +4,22 @@ Policy: in-place runs only on a clean git work tree (no modified, staged or untr
 PATH), where ``git checkout``/``git clean`` undoes the migration exactly. A dirty tree, or a PATH
 outside git, is refused unless ``--force``; a forced run keeps a backup ``<file>.orig`` of every
 file it modifies (an existing ``.orig`` is kept: it holds the older original). Every write is
-atomic and keeps the file's permissions.
+atomic, keeps the file's permissions, never follows a link, and goes through the journal
+(``migrate.outputs.journal``) so that an interrupted run can be finished or reverted.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from npu_migrate.migrate.discovery import git_toplevel, relative_dir
-from npu_migrate.migrate.outputs.atomic import write_atomic
+from npu_migrate.migrate.outputs.atomic import OutputDir
 from npu_migrate.migrate.outputs.changes import Change
+from npu_migrate.migrate.outputs.journal import Journal, JournalError, journal_dir
+from npu_migrate.migrate.runner import WriteOutcome
 
 
 class InPlaceRefused(Exception):
@@ -49,16 +53,63 @@ def _why_unsafe(root: Path, exclude: Sequence[Path]) -> Optional[str]:
     return None
 
 
-def write_in_place(root: Path, changes: Sequence[Change], backup: bool) -> List[Path]:
-    """Write each change into ``root``; returns the backup files made."""
+def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_dir: Path,
+                   outcome: Optional[WriteOutcome] = None) -> WriteOutcome:
+    """Write each change into ``root`` through the journal in ``journal_dir`` (outside PATH).
+
+    With ``backup``, a file that is modified first gets a ``<file>.orig`` copy (an existing one is
+    kept). A file whose bytes changed since it was migrated is not written (NPU015). ``outcome``
+    is filled as the writing goes (current even when Ctrl-C stops it) and returned.
+    """
     root = Path(root)
-    backups = []
-    for change in changes:
-        target = root / change.path
-        if backup and change.old is not None:
-            saved = target.with_name(target.name + ".orig")
-            if not saved.exists():
-                write_atomic(saved, target.read_bytes(), target.stat().st_mode & 0o7777)
-                backups.append(saved)
-        write_atomic(target, change.new.encode("utf-8"))
-    return backups
+    contents = []
+    for change in sorted(changes, key=lambda c: not c.helper):  # helpers first: nothing imports a missing one
+        old = change.old.encode("utf-8") if change.old is not None else None
+        contents.append((change.path, old, change.new.encode("utf-8")))
+    journal = Journal.create(journal_dir, root, contents)
+    outcome = outcome if outcome is not None else WriteOutcome(str(root))
+    outcome.journal = str(journal.directory)
+    if backup:
+        try:
+            _back_up(root, contents, journal, outcome)
+        except OSError as exc:  # no file is migrated without its backup
+            why = f"not written: a backup could not be written ({exc.filename}: [Errno {exc.errno}] {exc.strerror})"
+            outcome.failed.update((path, why) for path, _, _ in contents)
+            journal.save("reverted")
+            return outcome
+    journal.apply(True, outcome)
+    journal.save("done" if outcome.complete else "writing")
+    return outcome
+
+
+def _back_up(root: Path, contents, journal: Journal, outcome: WriteOutcome) -> None:
+    with OutputDir(root, durable=True, staging=journal.staging) as tree:
+        for path, old, _ in contents:
+            saved = path + ".orig"
+            if old is not None and not os.path.lexists(root / saved) and tree.read(path) == old:
+                tree.write(saved, old, (root / path).stat().st_mode & 0o7777)
+                outcome.backups.append(saved)
+
+
+def finish_journal(report_dir: Path, root: Path, forward: bool) -> WriteOutcome:
+    """``--resume`` (forward) or ``--revert`` an in-place run from its journal."""
+    journal = Journal.load(journal_dir(report_dir))
+    if journal is None:
+        raise JournalError(f"no in-place journal in {journal_dir(report_dir)}")
+    if journal.root.resolve() != Path(root).resolve():
+        raise JournalError(f"the journal in {journal.directory} is for {journal.root}, not {root}")
+    outcome = journal.apply(forward, WriteOutcome(str(root), journal=str(journal.directory)))
+    journal.save(("done" if forward else "reverted") if outcome.complete else "writing")
+    return outcome
+
+
+def unfinished_journal(report_dir: Path) -> Optional[str]:
+    """A message when ``report_dir`` holds the journal of an in-place run that did not finish."""
+    try:
+        journal = Journal.load(journal_dir(report_dir))
+    except JournalError as exc:
+        return str(exc)
+    if journal is None or journal.state != "writing":
+        return None
+    return (f"an earlier --in-place run on {journal.root} did not finish (journal {journal.directory}); "
+            "pass --resume to finish it or --revert to undo it")

@@ -27,6 +27,8 @@ def _lines(text: str) -> List[str]:
 
 
 def file_diff(change: Change) -> str:
+    if change.diff is not None:
+        return change.diff
     path = change.path
     header = [f"diff --git a/{path} b/{path}\n"]
     if change.old is None:

@@ -35,7 +35,7 @@ def is_site(finding: dict) -> bool:
     return finding["code"] not in diagnostics.TOOL_CODES
 
 
-def summarize(files: List[dict], findings: List[dict], other_files: int) -> dict:
+def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0) -> dict:
     statuses = Counter(f["status"] for f in files)
     actions = Counter(f["action"] for f in findings if is_site(f))
     safeties = Counter(f["safety"] for f in findings if f["safety"])
@@ -46,6 +46,7 @@ def summarize(files: List[dict], findings: List[dict], other_files: int) -> dict
         "files_skipped": statuses["skipped"],
         "files_errored": statuses["error"],
         "files_other": other_files,
+        "files_excluded": excluded,
         "sites_rewritten": actions["rewritten"],
         "sites_reported": actions["reported"],
         "sites_suppressed": actions["suppressed"],
@@ -84,10 +85,23 @@ def build(run: "RunResult") -> dict:
     findings = _findings(run)
     return {
         "schema_version": SCHEMA_VERSION,
-        "summary": summarize(files, findings, len(run.copied)),
+        "summary": summarize(files, findings, len(run.copied), len(run.excluded)),
         "files": files,
         "findings": findings,
+        "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
+        "written": _written(run),
     }
+
+
+def _written(run: "RunResult"):
+    """What the run wrote: None for --check/--diff; else whether the writing finished,
+    the files written and those not written with the reason (and the in-place journal)."""
+    outcome = run.written
+    if outcome is None:
+        return None
+    return {"complete": outcome.complete, "journal": outcome.journal,
+            "backups": outcome.backups, "files": outcome.written,
+            "not_written": [{"path": p, "error": e} for p, e in sorted(outcome.failed.items())]}
 
 
 def render(report: dict) -> str:

@@ -109,10 +109,13 @@ def test_report_json_schema(repo, tmp_path):
     assert report["schema_version"] == 2
     assert report["summary"] == {
         "files_scanned": 5, "files_changed": 1, "files_unchanged": 1, "files_skipped": 2, "files_errored": 1,
-        "files_other": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,
+        "files_other": 3, "files_excluded": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,
         "rewrites_by_safety": {"safe": 0, "numerics-changing": 0},
         "by_code": {"NPU001": 1, "NPU901": 1, "NPU902": 1},
     }
+    assert report["excluded"] == [{"path": "build/", "reason": "ignored by .gitignore (pattern 'build/')"},
+                                  {"path": "model/__pycache__/", "reason": "bytecode cache"},
+                                  {"path": "run.log", "reason": "ignored by .gitignore (pattern '*.log')"}]
     assert [f["path"] for f in report["files"]] == ["broken.py", "model/__init__.py", "model/layers.py",
                                                     "model/plain.py", "train.py"]
     keys = ["code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet"]

@@ -38,7 +38,8 @@ def test_the_summary_line_says_what_report_json_says(repo, tmp_path):
     result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
     s = json.loads((tmp_path / "r/report.json").read_text())["summary"]
     line = result.stderr.replace("\n", " ")
-    expected = (f"{s['files_scanned']} Python files scanned ({s['files_other']} other files): {s['files_changed']} changed, "
+    expected = (f"{s['files_scanned']} Python files scanned ({s['files_other']} other files, {s['files_excluded']} excluded): "
+                f"{s['files_changed']} changed, "
                 f"{s['files_unchanged']} unchanged, {s['files_skipped']} skipped (nothing to migrate), "
                 f"{s['files_errored']} with errors; {s['sites_rewritten']} sites rewritten")
     assert expected in line, line

@@ -1,0 +1,85 @@
+"""Where ``migrate run`` may write: PATH, the output tree and the report directory, confined.
+
+All three are resolved (symbolic links included) before anything is written, and must not
+overlap: the output tree and the report directory are never PATH, inside PATH or above it (a
+``<PATH>-npu`` that is a link to PATH, a ``--report-dir`` naming PATH, which would overwrite the
+user's own ``report.md``), and not inside each other. The default report directory,
+``./npu-migrate-report``, moves beside PATH (``<PATH>-npu-report``) when the current directory is
+inside PATH. Directories that exist must be directories and writable, which a probe checks
+before the run (a read-only target fails here with exit 32, not after the migration).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+DEFAULT_REPORT_DIR = Path("npu-migrate-report")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path  # PATH, resolved
+    out_dir: Optional[Path]  # None for --in-place
+    report_dir: Path
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return _inside(a, b) or _inside(b, a)
+
+
+def _directory(path: Path, what: str) -> Path:
+    resolved = Path(os.path.abspath(path)).resolve()
+    if resolved.exists() and not resolved.is_dir():
+        raise ConfigError(f"the {what} {path} exists and is not a directory")
+    return resolved
+
+
+def confine(path: Path, out: Optional[Path], in_place: bool, report_dir: Optional[Path]) -> Paths:
+    """The resolved, non-overlapping paths of a run, or ``ConfigError`` saying what overlaps."""
+    if not Path(path).is_dir():
+        raise ConfigError(f"PATH {path} is not a directory")
+    root = Path(path).resolve()
+    if in_place and out is not None:
+        raise ConfigError("--out and --in-place cannot be used together")
+    from npu_migrate.migrate.outputs.tree import default_out_dir  # (imports the engine: not at CLI start-up)
+
+    out_dir = None if in_place else _directory(out if out is not None else default_out_dir(root), "output directory")
+    if out_dir is not None and _overlap(out_dir, root):
+        raise ConfigError(f"the output directory {out_dir} overlaps PATH {root} (symbolic links resolved); "
+                          "choose a directory outside it")
+    if report_dir is None:
+        report = _directory(DEFAULT_REPORT_DIR, "report directory")
+        if _overlap(report, root):
+            report = root.with_name(root.name + "-npu-report")
+    else:
+        report = _directory(report_dir, "report directory")
+    if _overlap(report, root):
+        raise ConfigError(f"the report directory {report} overlaps PATH {root} (symbolic links resolved): it would "
+                          "write report.md, report.json and changes.patch among your files; choose one outside PATH")
+    if out_dir is not None and _overlap(report, out_dir):
+        raise ConfigError(f"the report directory {report} and the output directory {out_dir} overlap; keep them apart")
+    return Paths(root, out_dir, report)
+
+
+def probe_writable(directory: Path) -> None:
+    """Create ``directory`` and a temporary file in it, or raise ``ConfigError`` with the OS error."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        where = exc.filename or directory
+        raise ConfigError(f"cannot write to {where}: [Errno {exc.errno}] {exc.strerror or exc}") from exc
