@@ -18,7 +18,7 @@ import libcst as cst
 
 from npu_migrate.migrate.edits import Code, Guarded, Replace, Site, Splice
 from npu_migrate.migrate.guarded import build_region, fill
-from npu_migrate.migrate.tree import TreeIndex, walk
+from npu_migrate.migrate.tree import TreeIndex, children
 
 StatementEdit = (Splice, Guarded)
 
@@ -208,7 +208,15 @@ def _comment_lines(stmt) -> List[cst.EmptyLine]:
     return [*stmt.leading_lines, *([cst.EmptyLine(comment=comment)] if comment else [])]
 
 
-def missing(module: cst.Module, sites: Iterable[Site]) -> List[Site]:
-    """The sites with a produced node that is not in ``module``."""
-    present = {id(node) for node in walk(module)}
+def missing(module: cst.Module, sites: Iterable[Site], original: TreeIndex) -> List[Site]:
+    """The sites with a produced node that is not in ``module``. Only the rebuilt part of the new
+    tree is walked: a subtree that is an original node holds no produced node (edits make new ones)."""
+    unchanged = original.contains
+    present: Set[int] = set()
+    stack = [module]
+    while stack:
+        node = stack.pop()
+        present.add(id(node))
+        if not unchanged(node):
+            stack.extend(children(node))
     return [site for site in sites if any(id(node) not in present for node in site.results)]

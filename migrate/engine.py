@@ -14,6 +14,7 @@ become an error result naming the reason, and the original text is kept.
 
 from __future__ import annotations
 
+import ast
 import traceback
 from typing import Callable, List, Sequence, Tuple, Type
 
@@ -30,6 +31,7 @@ from npu_migrate.migrate.positions import positions
 from npu_migrate.migrate.rules import code_enabled, select_rules
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.migrate.suppressions import is_suppressed, suppressed_lines
+from npu_migrate.migrate.visit import visit_batched
 from npu_migrate.opmap import Fallback, OpTable
 
 NOT_APPLIED_PLAN = Fallback(
@@ -99,7 +101,7 @@ class Engine:
         names = NameResolver(module)
         ctx = FileContext(path, module, self.table, names)
         try:
-            cst.visit_batched(module, [rule(ctx) for rule in rules])
+            visit_batched(ctx.tree, module, [rule(ctx) for rule in rules])
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"{_crashed_rule(exc)} crashed: {_exception_line(exc)}")
         try:
@@ -130,7 +132,7 @@ class Engine:
         if migrated == source:
             return FileResult(path, "unchanged", findings())
         try:
-            cst.parse_module(migrated)
+            ast.parse(migrated, filename=path)  # CPython's own parser: the check is whether Python accepts it
         except Exception as exc:
             return error_result(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
         return FileResult(path, "changed", findings(), original=source, migrated=migrated, helpers=helpers)
@@ -160,7 +162,7 @@ class Engine:
                         imports.append(ImportSpec(f".{helper}", helper) if in_package else ImportSpec(helper))
             if imports:
                 new_module = add_imports(new_module, imports, ctx.names)
-            lost = missing(new_module, sites)
+            lost = missing(new_module, sites, ctx.tree)
             if not lost:
                 return new_module.code, helpers
             for site in lost:

@@ -96,6 +96,17 @@ class TreeIndex:
             nodes.append(node)
             stack.extend(reversed(children(node)))
 
+    def contains(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` (this very object) is a node of the indexed tree."""
+        span = self._span.get(id(node))
+        return span is not None and self._nodes[span[0]] is node
+
+    def preorder(self) -> Tuple[List[cst.CSTNode], List[int]]:
+        """Every node in the order libcst's traversal visits them, and for each the index just past
+        its subtree (so a walker knows when to leave it)."""
+        ends = [self._span[id(node)][1] for node in self._nodes]
+        return self._nodes, ends
+
     def subtree(self, node: cst.CSTNode) -> List[cst.CSTNode]:
         """``walk(node)``, answered from the index for a node of the tree."""
         span = self._span.get(id(node))
