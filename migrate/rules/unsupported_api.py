@@ -1,8 +1,10 @@
-"""NPU102–NPU112: APIs and libraries with no NPU build, reported with the op table's fallback plan.
+"""NPU102–NPU119 (but NPU114): APIs and libraries with no NPU build or no NPU kernel, reported with
+the op table's fallback plan (``opmap/unsupported.yaml``, ``opmap/cuda_only.yaml``).
 
 Table-driven: any name that resolves to an ``unsupported``/``fallback`` record with one of these
 codes is reported where it is used. A third-party library (flash_attn, apex, xformers,
-bitsandbytes, triton, amp_C) is also reported once per file at its first import. The body of a
+bitsandbytes, triton, amp_C, mamba_ssm, helion, cupy, ...) is also reported once per file at its
+first import: such a module does not even import on an NPU machine. The body of a
 function whose decorator is reported (``@triton.jit``, ``@torch.jit.script``) is one site: its
 ``tl.*`` calls are not reported one by one.
 """
@@ -17,7 +19,7 @@ from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, covering_r
 
 class UnsupportedApi(TableNameRule):
     code = "NPU102"
-    codes = tuple(f"NPU{n}" for n in range(102, 113))
+    codes = tuple(f"NPU{n}" for n in range(102, 120) if n != 114)  # NPU114: rule compile_mode
     name = "unsupported-api"
     summary = "API or library with no NPU support (reported with a fallback plan)"
     summaries = {
@@ -32,10 +34,17 @@ class UnsupportedApi(TableNameRule):
         "NPU110": "torch.nn.DataParallel (use DDP with hccl)",
         "NPU111": "torch.jit.script (run eagerly or torch.compile)",
         "NPU112": "channels_last memory format (drop it)",
+        "NPU113": "mamba_ssm / causal_conv1d CUDA kernels (compose from torch ops or port)",
+        "NPU115": "float8 dtypes and scaled matmuls (need an SoC with float8 support)",
+        "NPU116": "Helion kernel (compiles to Triton; port or compose)",
+        "NPU117": "FlexAttention (no fused NPU kernel; map the mask to npu_fusion_attention)",
+        "NPU118": "aten matmul without an NPU kernel (_grouped_mm, _weight_int4pack_mm)",
+        "NPU119": "CUDA-only array library (CuPy, Numba CUDA, PyCUDA)",
     }
     triggers = (b"cudnn", b"tf32", b"matmul_precision", b"backends.cuda", b"nvtx", b"cpp_extension", b"triton",
                 b"flash_attn", b"xformers", b"apex", b"amp_C", b"bitsandbytes", b"DataParallel", b"jit",
-                b"channels_last")
+                b"channels_last", b"mamba_ssm", b"causal_conv1d", b"float8", b"float4", b"_scaled_", b"helion",
+                b"flex_attention", b"_grouped_mm", b"pack_mm", b"int4pack", b"cupy", b"numba", b"pycuda")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

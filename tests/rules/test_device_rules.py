@@ -11,6 +11,7 @@ import pytest
 from npu_migrate import kernels
 from npu_migrate.migrate.diagnostics import DOCS_DIR, all_codes
 from npu_migrate.migrate.engine import Engine
+from npu_migrate.migrate.rules.compile_mode import CompileMode
 from npu_migrate.migrate.rules.cuda_api import CudaApi
 from npu_migrate.migrate.rules.cuda_method import CudaMethod
 from npu_migrate.migrate.rules.device_string import DeviceString
@@ -20,8 +21,8 @@ from npu_migrate.migrate.rules.nccl_backend import NcclBackend
 from npu_migrate.migrate.rules.unsupported_api import UnsupportedApi
 from npu_migrate.opmap import load_table
 
-DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi]
-TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi]
+DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi, CompileMode]
+TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi, CompileMode]
 HEADINGS = ["## What it does", "## Why", "## Example", "## Fix safety", "## Known problems"]
 
 
