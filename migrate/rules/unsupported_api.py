@@ -44,7 +44,8 @@ class UnsupportedApi(TableNameRule):
     triggers = (b"cudnn", b"tf32", b"matmul_precision", b"backends.cuda", b"nvtx", b"cpp_extension", b"triton",
                 b"flash_attn", b"xformers", b"apex", b"amp_C", b"bitsandbytes", b"DataParallel", b"jit",
                 b"channels_last", b"mamba_ssm", b"causal_conv1d", b"float8", b"float4", b"_scaled_", b"helion",
-                b"flex_attention", b"_grouped_mm", b"pack_mm", b"int4pack", b"cupy", b"numba", b"pycuda")
+                b"flex_attention", b"_grouped_mm", b"pack_mm", b"int4pack", b"cupy", b"numba", b"pycuda", b"liger",
+                b"torch.ops")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
