@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -54,8 +54,20 @@ class Guard:
     evidence: str  # what on the CUDA side is CUDA-only, as source text
 
 
+_last: list = [None, None, ()]  # (module, table, guards) of the last file analysed: several rules ask
+
+
 def cuda_only_guards(ctx: FileContext) -> List[Guard]:
-    """Every device test of the file that guards CUDA-only code, in source order."""
+    """Every device test of the file that guards CUDA-only code, in source order (computed once per
+    file: the result depends only on the module and the op table)."""
+    if _last[0] is ctx.module and _last[1] is ctx.table:
+        return list(_last[2])
+    guards = _find_guards(ctx)
+    _last[:] = [ctx.module, ctx.table, tuple(guards)]
+    return guards
+
+
+def _find_guards(ctx: FileContext) -> List[Guard]:
     finder = _Finder(ctx)
     guards = []
     for node in ctx.tree.subtree(ctx.module):

@@ -26,8 +26,8 @@ from typing import Optional, Set
 
 import libcst as cst
 
+from npu_migrate.migrate.rules._table import plan_of
 from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
 
 TORCH_LIBRARIES = frozenset({
     "torch", "torch_npu", "torchvision", "torchaudio", "torchtext", "transformers", "accelerate", "lightning",
@@ -71,7 +71,6 @@ class TorchScoped(Rule):
         if self.scope in (TORCH, PACKAGE):
             self.replace(node, new, message, **kwargs)
         elif self.scope == UNKNOWN:
-            record = self.ctx.table.exact(RECORD)
-            fallback = record.fallback if record is not None and record.fallback else Fallback("manual", message)
+            fallback = plan_of(self.ctx.table, RECORD, message)
             self.report(node, f"{message} not made: this file imports neither torch nor its own package, so the "
                         f"value may not be torch's", fallback=fallback, api=kwargs.get("api"), code=kwargs.get("code"))

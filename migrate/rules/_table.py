@@ -15,10 +15,17 @@ from libcst.helpers import get_full_name_for_node
 
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import ImportSpec, Rule
-from npu_migrate.opmap import OpRecord, OpTable
+from npu_migrate.opmap import Fallback, OpRecord, OpTable
 
 TORCH_NPU = ImportSpec("torch_npu")
 REPORTED = ("unsupported", "fallback")
+
+
+def plan_of(table: OpTable, api: str, default: str) -> Fallback:
+    """The fallback plan of the record ``api`` (a ``pattern.*`` record of a reported form); a manual
+    plan saying ``default`` when a user's op table dropped it."""
+    record = table.exact(api)
+    return record.fallback if record is not None and record.fallback else Fallback("manual", default)
 
 
 def dotted(node: cst.CSTNode) -> Optional[str]:

@@ -4,8 +4,9 @@ Lightning accepts "cpu", "gpu", "cuda", "mps", "tpu", "hpu" and "auto" (and regi
 ``Accelerator`` instances); "npu" is not built in, and "auto" on an NPU machine picks the CPU. So
 neither keeping "cuda" (Lightning refuses it: no CUDA device) nor writing "npu" (unknown name) is
 right: the site is reported with the plan of writing a small NPU ``Accelerator``. The strings are
-found where ``_literals`` finds device strings: the ``accelerator=`` keyword, names like
-``accelerator``, parameter defaults, ``--accelerator`` options and ternaries of such strings.
+found where a choice is made: the ``accelerator=`` keyword, assignments to names like
+``accelerator``, parameter defaults and ``--accelerator`` defaults (a string or a ternary of
+strings); comparisons and sets of allowed names only test a choice and are not reported.
 Hugging Face Accelerate needs nothing: it detects an Ascend NPU itself (accelerate >= 0.22).
 """
 
@@ -13,8 +14,9 @@ import re
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._literals import LiteralRule, literal_sites
-from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.rules._literals import LiteralRule, literal_sites, string_value
+from npu_migrate.migrate.rules._syntax import code
+from npu_migrate.migrate.rules._table import plan_of
 
 RECORD = "pattern.device.lightning_accelerator"
 
@@ -35,13 +37,16 @@ class AcceleratorString(LiteralRule):
     def visit_IfExp(self, node: cst.IfExp) -> None:
         """Only ternaries in accelerator positions (found through the positions above)."""
 
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        """Comparisons test an accelerator choice; only the places that make it are reported."""
+
     def fix(self, expr) -> None:
-        if expr is None:
-            return
+        if expr is None or not (string_value(expr) is not None or isinstance(expr, cst.IfExp)):
+            return  # sets of allowed names, choices=[...]: not a choice
         record = self.ctx.table.exact(RECORD)
-        fallback = record.fallback if record is not None and record.fallback else Fallback("manual", self.summary)
+        why = record.summary if record is not None and record.summary else self.summary
         for site in literal_sites(expr, self.pattern):
             if id(site) not in self._seen:
                 self._seen.add(id(site))
-                self.report(site, f"Lightning accelerator {cst.Module([]).code_for_node(site)}: {record.summary if record else self.summary}",
-                            fallback=fallback, api=RECORD)
+                self.report(site, f"Lightning accelerator {code(site)}: {why}", fallback=plan_of(self.ctx.table, RECORD, why),
+                            api=RECORD)

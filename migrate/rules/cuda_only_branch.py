@@ -13,8 +13,8 @@ import libcst as cst
 
 from npu_migrate.migrate.rules._cuda_only import cuda_only_guards
 from npu_migrate.migrate.rules._syntax import code
+from npu_migrate.migrate.rules._table import plan_of
 from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
 
 RECORD = "pattern.device.cuda_only_guard"
 
@@ -29,8 +29,7 @@ class CudaOnlyBranch(Rule):
         guards = cuda_only_guards(self.ctx)
         if not guards:
             return
-        record = self.ctx.table.exact(RECORD)
-        fallback = record.fallback if record is not None and record.fallback else Fallback("manual", self.summary)
+        fallback = plan_of(self.ctx.table, RECORD, self.summary)
         for guard in guards:
             test = " ".join(code(guard.test).split())
             self.report(guard.atoms[0], f"{test} guards CUDA-only code ({guard.evidence}): kept as it is, so an NPU "

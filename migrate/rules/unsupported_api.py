@@ -4,7 +4,8 @@ the op table's fallback plan (``opmap/unsupported.yaml``, ``opmap/cuda_only.yaml
 Table-driven: any name that resolves to an ``unsupported``/``fallback`` record with one of these
 codes is reported where it is used. A third-party library (flash_attn, apex, xformers,
 bitsandbytes, triton, amp_C, mamba_ssm, helion, cupy, ...) is also reported once per file at its
-first import: such a module does not even import on an NPU machine. The body of a
+first import: such a module does not even import on an NPU machine; so is the first import of a
+CUDA-only torch name (``TORCH_IMPORT_CODES``: FlexAttention, float8 dtypes, ...). The body of a
 function whose decorator is reported (``@triton.jit``, ``@torch.jit.script``) is one site: its
 ``tl.*`` calls are not reported one by one.
 """
@@ -15,6 +16,10 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, covering_record, dotted
+
+# torch's own CUDA-only names (Triton ops, float8, FlexAttention, matmuls without NPU kernels):
+# their imports are reported too, as a library's are
+TORCH_IMPORT_CODES = frozenset({"NPU105", "NPU115", "NPU117", "NPU118"})
 
 
 class UnsupportedApi(TableNameRule):
@@ -59,7 +64,7 @@ class UnsupportedApi(TableNameRule):
         if not self._quiet:
             super().on_record(node, qualified, record, api)
 
-    # -- third-party imports ----------------------------------------------------------------------
+    # -- imports ----------------------------------------------------------------------------------
     def _library_import(self, node: cst.CSTNode, module: str) -> None:
         library = module.split(".")[0]
         if library == "torch" or library in self._libraries:
@@ -69,13 +74,33 @@ class UnsupportedApi(TableNameRule):
             self._libraries.add(library)
             self.report_record(node, record, module, f"import of {library}: {record.summary}")
 
+    def _torch_import(self, node: cst.CSTNode, qualified: str) -> bool:
+        """An import of a CUDA-only torch name (``from torch.nn.attention.flex_attention import
+        BlockMask``): reported once per record and file, like a library. True when reported."""
+        record, _ = covering_record(self.ctx.table, qualified)
+        if record is None or record.code not in TORCH_IMPORT_CODES or not self.owns(record) or record.api in self._libraries:
+            return False
+        self._libraries.add(record.api)
+        self.report_record(node, record, qualified, f"import of {qualified}: {record.summary}")
+        return True
+
     def on_import(self, node: cst.Import) -> None:
         for alias in node.names:
-            self._library_import(node, get_full_name_for_node(alias.name))
+            name = get_full_name_for_node(alias.name)
+            if name.split(".")[0] == "torch":
+                if self._torch_import(node, name):
+                    return
+            else:
+                self._library_import(node, name)
 
     def on_import_from(self, node: cst.ImportFrom) -> None:
-        if not node.relative and node.module is not None:
-            self._library_import(node, get_full_name_for_node(node.module))
+        if node.relative or node.module is None:
+            return
+        module = get_full_name_for_node(node.module)
+        if module.split(".")[0] != "torch":
+            self._library_import(node, module)
+        elif not isinstance(node.names, cst.ImportStar):
+            any(self._torch_import(node, f"{module}.{alias.name.value}") for alias in node.names)
 
     # -- decorated functions ----------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
