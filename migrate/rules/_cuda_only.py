@@ -30,7 +30,7 @@ import libcst as cst
 from npu_migrate.migrate.context import FileContext
 from npu_migrate.migrate.rules._literals import string_value
 from npu_migrate.migrate.rules._syntax import code
-from npu_migrate.migrate.rules._table import covering_record, dotted
+from npu_migrate.migrate.rules._table import covering_record, dotted, reroot
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.migrate.tree import walk
 
@@ -235,6 +235,7 @@ class _Finder:
     def _evidence(self, node: cst.CSTNode) -> str:
         if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node):
             qualified = self.ctx.names.qualified_name(node)
+            qualified = (reroot(qualified) or qualified) if qualified is not None else None
             if qualified is not None:
                 record, _ = covering_record(self.ctx.table, qualified)
                 if qualified in CUDA_GRAPHS or (record is not None and record.code in CUDA_ONLY_CODES
@@ -261,6 +262,7 @@ class _Finder:
                         target = decorator.decorator
                         target = target.func if isinstance(target, cst.Call) else target
                         qualified = self.ctx.names.qualified_name(target) if dotted(target) else None
+                        qualified = (reroot(qualified) or qualified) if qualified else None
                         record = covering_record(self.ctx.table, qualified)[0] if qualified else None
                         if record is not None and record.code in CUDA_ONLY_CODES:
                             self._kernels.add(node.name.value)

@@ -61,6 +61,21 @@ def covering_record(table: OpTable, qualified: str) -> Tuple[Optional[OpRecord],
     return None, ""
 
 
+# CUDA-only libraries that projects re-export from a module of their own (vLLM's
+# ``from vllm.triton_utils import tl, triton``): a name below such a component is the library's
+REEXPORTED = frozenset({"triton", "helion", "xformers", "flash_attn", "mamba_ssm", "cupy"})
+
+
+def reroot(qualified: str) -> Optional[str]:
+    """``vllm.triton_utils.triton.jit`` → ``triton.jit``: the name from the first re-exported
+    library component after the head; None when there is none."""
+    parts = qualified.split(".")
+    for index in range(1, len(parts)):
+        if parts[index] in REEXPORTED:
+            return ".".join(parts[index:])
+    return None
+
+
 def renamed(table: OpTable, qualified: str) -> Optional[str]:
     """The NPU name of ``qualified`` when a ``rename`` record covers it, else None."""
     record, api = covering_record(table, qualified)
@@ -150,6 +165,9 @@ class TableNameRule(Rule):
         if qualified is None:
             return
         record, api = covering_record(self.ctx.table, qualified)
+        if record is None and reroot(qualified):
+            qualified = reroot(qualified)
+            record, api = covering_record(self.ctx.table, qualified)
         if record is not None and self.owns(record):
             self.on_record(node, qualified, record, api)
 

@@ -15,11 +15,11 @@ from typing import Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, covering_record, dotted
+from npu_migrate.migrate.rules._table import REEXPORTED, REPORTED, TableNameRule, covering_record, dotted, reroot
 
 # torch's own CUDA-only names (Triton ops, float8, FlexAttention, matmuls without NPU kernels):
 # their imports are reported too, as a library's are
-TORCH_IMPORT_CODES = frozenset({"NPU105", "NPU115", "NPU117", "NPU118"})
+TORCH_IMPORT_CODES = frozenset({"NPU104", "NPU105", "NPU115", "NPU117", "NPU118"})
 
 
 class UnsupportedApi(TableNameRule):
@@ -99,6 +99,10 @@ class UnsupportedApi(TableNameRule):
         module = get_full_name_for_node(node.module)
         if module.split(".")[0] != "torch":
             self._library_import(node, module)
+            if not isinstance(node.names, cst.ImportStar):  # a library re-exported by the project
+                for alias in node.names:
+                    if alias.name.value in REEXPORTED:
+                        self._library_import(node, alias.name.value)
         elif not isinstance(node.names, cst.ImportStar):
             any(self._torch_import(node, f"{module}.{alias.name.value}") for alias in node.names)
 
@@ -112,6 +116,9 @@ class UnsupportedApi(TableNameRule):
             target = target.func if isinstance(target, cst.Call) else target
             qualified = self.qualified_name(target) if dotted(target) else None
             record = covering_record(self.ctx.table, qualified)[0] if qualified else None
+            if record is None and qualified and reroot(qualified):
+                qualified = reroot(qualified)
+                record = covering_record(self.ctx.table, qualified)[0]
             if record is not None and self.owns(record):
                 self.on_record(target, qualified, record, record.api)
                 self._quiet = 1
