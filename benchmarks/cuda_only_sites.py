@@ -40,7 +40,7 @@ MARKERS = re.compile("|".join([
     rf"^\s*(from|import)\s+({LIBRARIES})\b",
     r"\btorch\.(float8_e\w+|float4_e\w+|_scaled_mm|_scaled_grouped_mm|_grouped_mm|_weight_int4pack_mm|"
     r"_weight_int8pack_mm|_convert_weight_to_int4pack)\b",
-    r"\bflex_attention\b",
+    r"\btorch\.nn\.attention\.flex_attention\b|\bcreate_block_mask\b",
     r"\btorch\.cuda\.(graph|CUDAGraph|make_graphed_callables)\b",
     r"""mode\s*=\s*["'](reduce-overhead|max-autotune)["']""",
     r"_inductor\.config\.triton\b",
@@ -55,11 +55,14 @@ IMPORT = re.compile(rf"^\s*(from|import)\s+({LIBRARIES})\b")
 DECORATED = re.compile(r"^(\s*)@(triton|helion)\.|^(\s*)@(\w+\.)*(jit|autotune|heuristics|kernel)\b")
 
 
-def code_lines(text: str) -> List[str]:
-    """The lines of ``text`` with strings and comments blanked out (docstrings mention kernels too)."""
+def code_lines(text: str) -> Tuple[List[str], List[int]]:
+    """The lines of ``text`` with strings and comments blanked out (docstrings mention kernels too),
+    and for each line the first line of its statement (a finding sits on a statement's first line)."""
     lines = text.splitlines()
     blank = [list(line) for line in lines]
+    starts = list(range(1, len(lines) + 1))
     try:
+        first = None
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type in (tokenize.STRING, tokenize.COMMENT) or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
                 (row, col), (end_row, end_col) = token.start, token.end
@@ -68,19 +71,29 @@ def code_lines(text: str) -> List[str]:
                     start = col if r == row else 0
                     stop = end_col if r == end_row else len(line)
                     line[start:stop] = " " * (stop - start)
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                if token.type == tokenize.NEWLINE:
+                    first = None
+                continue
+            if first is None:
+                first = token.start[0]
+            for row in range(token.start[0], min(token.end[0], len(lines)) + 1):
+                starts[row - 1] = first
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
-    return ["".join(line) for line in blank]
+    return ["".join(line) for line in blank], starts
 
 
-def marked_lines(text: str) -> List[Tuple[int, str, str]]:
-    """(line number, text, library) of the lines the scanner marks (library: the CUDA-only library
+def marked_lines(text: str) -> List[Tuple[int, int, str, str]]:
+    """(line number, first line of its statement, text, library) of the lines the scanner marks
+    (library: the CUDA-only library
     an import line imports, else ""); lines of decorated kernel bodies get a negative number (they
     are covered by the decorator's finding)."""
     marked = []
     body_indent = None  # inside a decorated function: the indentation of its decorators and ``def``
     seen_def = False
-    for number, (line, code) in enumerate(zip(text.splitlines(), code_lines(text)), 1):
+    codes, starts = code_lines(text)
+    for number, (line, code) in enumerate(zip(text.splitlines(), codes), 1):
         stripped = code.lstrip()
         indent = len(code) - len(stripped)
         if body_indent is not None and stripped and indent <= body_indent and seen_def and not stripped.startswith(")"):
@@ -92,7 +105,8 @@ def marked_lines(text: str) -> List[Tuple[int, str, str]]:
             seen_def = True
         if stripped and MARKERS.search(code):
             library = IMPORT.match(code)
-            marked.append((-number if inside else number, line.strip(), library.group(2) if library else ""))
+            marked.append((-number if inside else number, starts[number - 1], line.strip(),
+                           library.group(2) if library else ""))
     return marked
 
 
@@ -113,11 +127,12 @@ def measure(root: Path, table, jobs: int):
             text = (root / path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        for number, line, library in marked_lines(text):
+        for number, start, line, library in marked_lines(text):
             marked += 1
             with_cuda.add(path)
             # a library is reported at its first import in a file: later imports of it are covered
-            if number < 0 or abs(number) in found_lines.get(path, ()) or library in found_apis.get(path, ()):
+            lines = found_lines.get(path, set())
+            if number < 0 or any(n in lines for n in range(start, abs(number) + 1)) or library in found_apis.get(path, ()):
                 found += 1
             else:
                 silent.append(f"{path}:{number}: {line[:100]}")

@@ -161,7 +161,7 @@ class TableNameRule(Rule):
     def _chain(self, node: cst.CSTNode) -> None:
         if not self.ctx.names.is_imported(chain_head(node).value):
             return
-        qualified = self.qualified_name(node)
+        qualified = self.qualified_name(node) or self._reexported(node)
         if qualified is None:
             return
         record, api = covering_record(self.ctx.table, qualified)
@@ -170,6 +170,19 @@ class TableNameRule(Rule):
             record, api = covering_record(self.ctx.table, qualified)
         if record is not None and self.owns(record):
             self.on_record(node, qualified, record, api)
+
+    def _reexported(self, node: cst.CSTNode) -> Optional[str]:
+        """A name that several imports bind to one CUDA-only library (``try: from vllm.triton_utils
+        import triton`` / ``except ImportError: import triton``), which the resolver leaves open."""
+        head = chain_head(node).value
+        roots = {reroot(bound) or bound for bound in self.ctx.names.imports.get(head, ())}
+        if len(roots) != 1 or head in self.ctx.names.other_bindings:
+            return None
+        (root,) = roots
+        if root.split(".")[0] not in REEXPORTED:
+            return None
+        dotted_name = get_full_name_for_node(node)
+        return root + dotted_name[len(head):] if dotted_name else None
 
     def rename_chain(self, node: cst.CSTNode, qualified: str, record: OpRecord) -> None:
         """Rewrite a chain to its renamed target, relative to what its head name is bound to

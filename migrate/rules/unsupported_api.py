@@ -114,7 +114,7 @@ class UnsupportedApi(TableNameRule):
         for decorator in node.decorators:
             target = decorator.decorator
             target = target.func if isinstance(target, cst.Call) else target
-            qualified = self.qualified_name(target) if dotted(target) else None
+            qualified = (self.qualified_name(target) or self._reexported(target)) if dotted(target) else None
             record = covering_record(self.ctx.table, qualified)[0] if qualified else None
             if record is None and qualified and reroot(qualified):
                 qualified = reroot(qualified)
