@@ -14,9 +14,9 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
+from npu_migrate.migrate.rules._scope import TorchScoped
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._table import TORCH_NPU, dotted
-from npu_migrate.migrate.rules.base import Rule
 
 
 def string_value(node: cst.CSTNode) -> Optional[str]:
@@ -74,8 +74,9 @@ def last_identifier(expr: cst.CSTNode) -> Optional[str]:
     return None
 
 
-class LiteralRule(Rule):
-    """Rewrites literals matching ``pattern`` in the positions described in the module docstring."""
+class LiteralRule(TorchScoped):
+    """Rewrites literals matching ``pattern`` in the positions described in the module docstring
+    (only in files that use torch: ``_scope``)."""
 
     pattern: ClassVar[Pattern]  # a literal to rewrite (whole value)
     kin: ClassVar[Pattern]  # a literal of the same kind (for "both ternary branches" detection)
@@ -83,6 +84,7 @@ class LiteralRule(Rule):
     keywords: ClassVar[FrozenSet[str]]  # keyword arguments (and dict keys) that take such a literal
     first_arg_of: ClassVar[FrozenSet[str]]  # functions whose first positional argument takes one
     hint: ClassVar[Pattern]  # a variable whose (lower-case) name matches this holds such a literal
+    not_hint: ClassVar[Optional[Pattern]] = None  # a name matching this holds another kind of string
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -108,28 +110,45 @@ class LiteralRule(Rule):
     def hinted(self, name: Optional[str]) -> bool:
         return bool(name) and self.hint.search(name.lower()) is not None
 
+    def other_kind(self, name: Optional[str]) -> bool:
+        """A name (``accelerator``) whose strings look like these but are something else."""
+        return bool(name) and self.not_hint is not None and self.not_hint.search(name.lower()) is not None
+
+    def keep(self, site: cst.CSTNode) -> bool:
+        """A matching literal that must stay as it is (subclasses say which)."""
+        return False
+
+    def leave_alone(self, expr: Optional[cst.CSTNode]) -> None:
+        if expr is not None:
+            self._seen.update(id(site) for site in literal_sites(expr, self.pattern))
+
     def fix(self, expr: Optional[cst.CSTNode]) -> None:
         if expr is None:
             return
         for site in literal_sites(expr, self.pattern):
-            if id(site) in self._seen:
+            if id(site) in self._seen or self.keep(site):
                 continue
             self._seen.add(id(site))
             replaced = replace_words(site, self.words)
-            self.replace(site, replaced, f"{code(site)} → {code(replaced)}", target=string_value(replaced),
-                         imports=self._imports)
+            self.scoped_replace(site, replaced, f"{code(site)} → {code(replaced)}", target=string_value(replaced),
+                                imports=self._imports)
 
     # -- positions ------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value in self.keywords:
+            if arg.keyword is not None and self.other_kind(arg.keyword.value):
+                self.leave_alone(arg.value)
+            elif arg.keyword is not None and arg.keyword.value in self.keywords:
                 self.fix(arg.value)
         if positional and self.takes_first_arg(node):
             self.fix(positional[0].value)
-        if any(self.hinted((string_value(a.value) or "").lstrip("-")) for a in positional):  # add_argument("--device")
-            for arg in node.args:
-                if arg.keyword is not None and arg.keyword.value in ("default", "choices"):
+        flags = [(string_value(a.value) or "").lstrip("-") for a in positional]
+        for arg in node.args:  # add_argument("--device", default="cuda")
+            if arg.keyword is not None and arg.keyword.value in ("default", "choices"):
+                if any(self.other_kind(flag) for flag in flags):
+                    self.leave_alone(arg.value)
+                elif any(self.hinted(flag) for flag in flags):
                     self.fix(arg.value)
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
@@ -142,16 +161,22 @@ class LiteralRule(Rule):
             self.fix(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if any(self.named_like(t.target) for t in node.targets):
+        if any(self.other_kind(last_identifier(t.target)) for t in node.targets):
+            self.leave_alone(node.value)
+        elif any(self.named_like(t.target) for t in node.targets):
             self.fix(node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self.named_like(node.target):
+        if self.other_kind(last_identifier(node.target)):
+            self.leave_alone(node.value)
+        elif self.named_like(node.target):
             self.fix(node.value)
 
     def visit_Parameters(self, node: cst.Parameters) -> None:
         for param in (*node.posonly_params, *node.params, *node.kwonly_params):
-            if param.default is not None and self.hinted(param.name.value):
+            if param.default is not None and self.other_kind(param.name.value):
+                self.leave_alone(param.default)
+            elif param.default is not None and self.hinted(param.name.value):
                 self.fix(param.default)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:

@@ -15,10 +15,17 @@ from libcst.helpers import get_full_name_for_node
 
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import ImportSpec, Rule
-from npu_migrate.opmap import OpRecord, OpTable
+from npu_migrate.opmap import Fallback, OpRecord, OpTable
 
 TORCH_NPU = ImportSpec("torch_npu")
 REPORTED = ("unsupported", "fallback")
+
+
+def plan_of(table: OpTable, api: str, default: str) -> Fallback:
+    """The fallback plan of the record ``api`` (a ``pattern.*`` record of a reported form); a manual
+    plan saying ``default`` when a user's op table dropped it."""
+    record = table.exact(api)
+    return record.fallback if record is not None and record.fallback else Fallback("manual", default)
 
 
 def dotted(node: cst.CSTNode) -> Optional[str]:
@@ -52,6 +59,21 @@ def covering_record(table: OpTable, qualified: str) -> Tuple[Optional[OpRecord],
             if record is not None:
                 return record, head
     return None, ""
+
+
+# CUDA-only libraries that projects re-export from a module of their own (vLLM's
+# ``from vllm.triton_utils import tl, triton``): a name below such a component is the library's
+REEXPORTED = frozenset({"triton", "helion", "xformers", "flash_attn", "mamba_ssm", "cupy"})
+
+
+def reroot(qualified: str) -> Optional[str]:
+    """``vllm.triton_utils.triton.jit`` → ``triton.jit``: the name from the first re-exported
+    library component after the head; None when there is none."""
+    parts = qualified.split(".")
+    for index in range(1, len(parts)):
+        if parts[index] in REEXPORTED:
+            return ".".join(parts[index:])
+    return None
 
 
 def renamed(table: OpTable, qualified: str) -> Optional[str]:
@@ -139,12 +161,28 @@ class TableNameRule(Rule):
     def _chain(self, node: cst.CSTNode) -> None:
         if not self.ctx.names.is_imported(chain_head(node).value):
             return
-        qualified = self.qualified_name(node)
+        qualified = self.qualified_name(node) or self._reexported(node)
         if qualified is None:
             return
         record, api = covering_record(self.ctx.table, qualified)
+        if record is None and reroot(qualified):
+            qualified = reroot(qualified)
+            record, api = covering_record(self.ctx.table, qualified)
         if record is not None and self.owns(record):
             self.on_record(node, qualified, record, api)
+
+    def _reexported(self, node: cst.CSTNode) -> Optional[str]:
+        """A name that several imports bind to one CUDA-only library (``try: from vllm.triton_utils
+        import triton`` / ``except ImportError: import triton``), which the resolver leaves open."""
+        head = chain_head(node).value
+        roots = {reroot(bound) or bound for bound in self.ctx.names.imports.get(head, ())}
+        if len(roots) != 1 or head in self.ctx.names.other_bindings:
+            return None
+        (root,) = roots
+        if root.split(".")[0] not in REEXPORTED:
+            return None
+        dotted_name = get_full_name_for_node(node)
+        return root + dotted_name[len(head):] if dotted_name else None
 
     def rename_chain(self, node: cst.CSTNode, qualified: str, record: OpRecord) -> None:
         """Rewrite a chain to its renamed target, relative to what its head name is bound to

@@ -1,12 +1,14 @@
-"""NPU203: ``x.cuda(...)`` → ``x.npu(...)`` (tensors and modules), arguments kept."""
+"""NPU203: ``x.cuda(...)`` → ``x.npu(...)`` (tensors and modules), arguments kept; outside torch code
+(``_scope``) reported, not rewritten."""
 
 import libcst as cst
 
 from npu_migrate.migrate.rules._members import MemberRule
+from npu_migrate.migrate.rules._scope import TorchScoped
 from npu_migrate.migrate.rules._table import TORCH_NPU
 
 
-class CudaMethod(MemberRule):
+class CudaMethod(TorchScoped, MemberRule):
     code = "NPU203"
     name = "cuda-method"
     summary = ".cuda() → .npu() on tensors and modules"
@@ -19,5 +21,5 @@ class CudaMethod(MemberRule):
         if attr is None or record is None or record.status != "rename":
             return
         new = record.target.rpartition(".")[2]
-        self.replace(attr.attr, cst.Name(new), f".{self.member}() → .{new}()", target=record.target, api=record.api,
-                     imports=[TORCH_NPU])
+        self.scoped_replace(attr.attr, cst.Name(new), f".{self.member}() → .{new}()", target=record.target,
+                            api=record.api, imports=[TORCH_NPU])

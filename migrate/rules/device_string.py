@@ -3,17 +3,23 @@
 ``transfer_to_npu`` rewrites the ``device``, ``device_type``, ``map_location``, ``device_id`` and
 ``device_ids`` arguments of torch calls at run time; statically we also follow the literal into the
 variables that carry it (``device = "cuda" if ... else "cpu"``, ``if device.type == "cuda":``).
+
+Left as they are: a comparison that guards CUDA-only code (``if x.device.type == "cuda": <Triton>``,
+``if device_type != "cuda": use_fp8 = False``: NPU207 reports it), the strings of a Lightning
+accelerator (``accelerator="cuda"``: NPU208 reports it; Lightning has no "npu" accelerator), and
+files that do not use torch (``_scope``).
 """
 
 import re
 
 import libcst as cst
 
+from npu_migrate.migrate.rules._cuda_only import CudaOnlyGuards
 from npu_migrate.migrate.rules._literals import LiteralRule
 from npu_migrate.migrate.rules._table import dotted
 
 
-class DeviceString(LiteralRule):
+class DeviceString(CudaOnlyGuards, LiteralRule):
     code = "NPU202"
     name = "device-string"
     summary = 'device string "cuda[:N]" → "npu[:N]"'
@@ -28,6 +34,10 @@ class DeviceString(LiteralRule):
         "torch.get_device_module", "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh",
     })
     hint = re.compile(r"device|^dev$|_dev$")
+    not_hint = re.compile(r"accelerator")
+
+    def keep(self, site: cst.CSTNode) -> bool:
+        return self.keeps_cuda(site)
 
     def takes_first_arg(self, call: cst.Call) -> bool:
         """Also ``x.to("cuda")`` (and ``x.cuda("cuda:1")``) on any receiver that is not an imported module."""

@@ -11,6 +11,7 @@ import pytest
 from npu_migrate import kernels
 from npu_migrate.migrate.diagnostics import DOCS_DIR, all_codes
 from npu_migrate.migrate.engine import Engine
+from npu_migrate.migrate.rules.compile_mode import CompileMode
 from npu_migrate.migrate.rules.cuda_api import CudaApi
 from npu_migrate.migrate.rules.cuda_method import CudaMethod
 from npu_migrate.migrate.rules.device_string import DeviceString
@@ -20,8 +21,8 @@ from npu_migrate.migrate.rules.nccl_backend import NcclBackend
 from npu_migrate.migrate.rules.unsupported_api import UnsupportedApi
 from npu_migrate.opmap import load_table
 
-DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi]
-TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi]
+DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi, CompileMode]
+TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi, CompileMode]
 HEADINGS = ["## What it does", "## Why", "## Example", "## Fix safety", "## Known problems"]
 
 
@@ -216,3 +217,17 @@ def test_training_script_end_to_end(table, tmp_path):
         losses = runpy.run_path(str(migrated_path), run_name="train_npu")["main"](["--steps", "3"])
     assert losses == pytest.approx(expected_losses, rel=1e-6)
     assert losses[-1] < losses[0]
+
+
+NEW_CODES = ["NPU113", "NPU114", "NPU115", "NPU116", "NPU117", "NPU118", "NPU119", "NPU206", "NPU207", "NPU208"]
+
+
+@pytest.mark.parametrize("code", NEW_CODES)
+def test_every_cuda_only_and_device_path_code_has_its_three_fixtures_and_a_planned_record(table, code):
+    from pathlib import Path
+
+    names = [p.name for p in (Path(__file__).parents[2] / "fixtures" / "rules").iterdir() if p.name.startswith(code)]
+    assert any(n.endswith("_nochange") for n in names) and any(n.endswith("_aliased") for n in names), names
+    assert any(not n.endswith(("_nochange", "_aliased")) for n in names), names
+    records = [r for r in table.records() if r.code == code]
+    assert records and all(r.fallback is not None and r.fallback.detail for r in records), code
