@@ -42,8 +42,17 @@ def _fast_gelu(op: str, x: torch.Tensor) -> torch.Tensor:
 
 @npu_op
 def npu_swiglu(self, dim=-1):
-    """``A, B = self.chunk(2, dim)``; ``silu(A) * B``."""
-    a, b = _halves("npu_swiglu", self, dim)
+    """``A, B = self.chunk(2, dim)``; ``silu(A) * B`` (facts §2.5).
+
+    Like the kernel, refuses non-contiguous and empty input: torch_npu's API page for
+    ``npu_swiglu`` (Ascend Extension for PyTorch 7.2.0, "(beta)torch_npu.npu_swiglu") says of
+    ``input`` "不支持非连续的Tensor，不支持空Tensor" (no non-contiguous tensor, no empty tensor).
+    """
+    op = "npu_swiglu"
+    require(self.numel() > 0, op, f"self must not be empty, got shape {tuple(self.shape)}")
+    require(self.is_contiguous(), op,
+            "self must be contiguous (the kernel rejects non-contiguous input); call .contiguous() first")
+    a, b = _halves(op, self, dim)
     return (F.silu(a) * b).to(self.dtype)
 
 

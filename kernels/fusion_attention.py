@@ -11,8 +11,17 @@ Real semantics, including the traps a migration can fall into:
   2 / 3: causal anchored top-left / bottom-right; 4: the pre/next band anchored bottom-right.
   Modes 2/3/4 take the compressed 2048x2048 ``triu(ones, 1)`` mask (checked) and derive the
   pattern for the real Sq x Skv. Modes 5-8 (prefix, cross-card varlen) are not emulated.
-* TND takes cumulative ``actual_seq_qlen`` / ``actual_seq_kvlen`` without a leading 0.
-* Fully masked rows: see ``kernels._attention_core`` (mean of V, or 0 with ``inner_precise=2``).
+* TND takes cumulative ``actual_seq_qlen`` / ``actual_seq_kvlen`` without a leading 0 (facts §2.1:
+  lengths ``2 2 2 2 2`` are passed as ``2 4 6 8 10``); zero-length batches repeat a value
+  (``[2, 4, 4, 6, 8]``) and trailing zeros (``[2, 4, 0, 0]``) skip the batches they stand for
+  ("zero-length batches allowed, trailing zeros skip batches"). The last non-zero entry must equal
+  the token count T. A query row whose sequence has no keys comes out as 0.
+* TND softmax statistics: ``softmax_layout=""`` (the default) returns them as [N, T, 8] (NTD, facts
+  §2.1 "TND softmax outputs are NTD"), ``softmax_layout="TND"`` as [T, N, 8] (the layout torch_npu's
+  own TND test compares against: ``x_max.permute(0, 2, 1, 3)`` reshaped to (T, N1, 8)).
+* Fully masked rows: see ``kernels._attention_core`` (mean of V; 0 with the invalid-row correction
+  of ``inner_precise=2``, which the kernel also applies by itself for ``sparse_mode=3``: facts §2.1
+  "auto-enabled in some cases (e.g. sparse_mode 3 with Sq>Skv)", §0(v) 11).
 * Dropout (``keep_prob`` < 1) draws its seed from torch's default generator, so
   ``torch.manual_seed`` makes it repeat; the returned ``seed`` is that seed, ``offset`` 0,
   ``numels`` the number of dropout-mask elements (all three 0 without dropout). The ``seed`` /
@@ -86,13 +95,20 @@ def _pse_4d(pse: torch.Tensor, B: int, N: int, sq: int, skv: int) -> torch.Tenso
 
 
 def _seq_lengths(name: str, cum, total: int) -> list:
+    """Per-batch lengths from a cumulative list; trailing zeros are batches that are skipped."""
     require(cum is not None, OP, f"input_layout=TND needs {name} (cumulative lengths, no leading 0)")
     cum = [int(c) for c in cum]
     require(1 <= len(cum) <= _MAX_VARLEN_BATCH, OP, f"{name} must list 1 to {_MAX_VARLEN_BATCH} sequences, got {len(cum)}")
-    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
-    require(all(n >= 0 for n in lengths), OP, f"{name} must be cumulative (non-decreasing, no leading 0), got {cum}")
-    require(cum[-1] == total, OP, f"{name} must end at the token count {total}, got {cum[-1]}")
-    return lengths
+    used = len(cum)
+    while used and cum[used - 1] == 0:
+        used -= 1
+    ends = cum[:used]
+    lengths = [b - a for a, b in zip([0] + ends[:-1], ends)]
+    require(all(n >= 0 for n in lengths), OP,
+            f"{name} must be cumulative (non-decreasing, no leading 0; trailing zeros skip batches), got {cum}")
+    last = ends[-1] if ends else 0
+    require(last == total, OP, f"{name} must end at the token count {total}, got {last}")
+    return lengths + [0] * (len(cum) - used)
 
 
 def _check_args(query, key, value, pse, padding_mask, atten_mask, keep_prob, inner_precise,
@@ -168,7 +184,7 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
             pse_scaled=True,
             keep_prob=keep_prob,
             seed=base_seed + 7919 * i,
-            zero_dead_rows=inner_precise == 2,
+            zero_dead_rows=inner_precise == 2 or sparse_mode == 3,
         )
         out, row_max, row_sum = core.attention(q[:, :, q0:q0 + sq], k[:, :, k0:k0 + skv], v[:, :, k0:k0 + skv], problem)
         outs.append(out)
@@ -181,7 +197,9 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     row_sum = torch.cat(sums, dim=2) if len(sums) > 1 else sums[0]
     if varlen:
         attention_out = out[0].transpose(0, 1).contiguous()
-        stats = lambda t: t[0].transpose(0, 1).unsqueeze(-1).expand(-1, -1, 8).contiguous()  # noqa: E731
+        # [1, N, T] -> TND [T, N, 8] or the default NTD [N, T, 8]
+        stats = lambda t: (t[0].transpose(0, 1) if softmax_layout == "TND" else t[0]).unsqueeze(-1).expand(  # noqa: E731
+            -1, -1, 8).contiguous()
     else:
         attention_out = core.from_bnsd(out, layout)
         stats = lambda t: t.unsqueeze(-1).expand(-1, -1, -1, 8).contiguous()  # noqa: E731

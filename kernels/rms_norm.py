@@ -1,9 +1,15 @@
 """RMS norms: ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_gemma_rms_norm``.
 
-The kernels compute in float32 and round once to x's dtype. Hugging Face ``LlamaRMSNorm`` rounds
-the normalised value to the input dtype before multiplying by the weight, so expect ~1 ulp
-differences in bf16/fp16. ``rstd`` is float32 with shape
-``x.shape[:x.dim() - gamma.dim()] + [1] * gamma.dim()``.
+The kernels compute in float32 and round once to x's dtype (facts §2.5: ``rstd = rsqrt(mean(x.float()
+** 2, gamma's dims) + eps); y = (x.float() * rstd * gamma.float()).to(x.dtype)``). Hugging Face
+``LlamaRMSNorm`` rounds the normalised value to the input dtype before multiplying by the weight,
+so expect ~1 ulp differences in bf16/fp16. ``rstd`` is float32 with shape
+``x.shape[:x.dim() - gamma.dim()] + [1] * gamma.dim()`` (facts §2.5, meta).
+
+gamma is in x's dtype, except that ``npu_rms_norm`` also takes a float32 gamma with float16 /
+bfloat16 x and still returns y in x's dtype: torch_npu's own test ``test_rms_norm_mix_dtype``
+(x float16 [1024, 12288], gamma float32) checks exactly that against a float32 golden rounded to
+x's dtype. The other two norms document no mixed case and refuse it.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from npu_migrate.kernels._common import FLOATS, norm_dims, require_gamma_dtype
 from npu_migrate.kernels.registry import npu_op
 
 
-def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim: int, xf=None):
+def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim: int, xf=None,
+         float32_gamma: bool = False):
     """Checks shared by the three norms; returns (x in float32, rstd).
 
     ``xf`` overrides the float32 value that is normalised (the unrounded sum in add_rms_norm).
     """
     check_dtypes(op, FLOATS, x=x, gamma=gamma)
-    require_gamma_dtype(op, x, gamma)
+    require_gamma_dtype(op, x, gamma, float32_gamma)
     dims = norm_dims(op, x, gamma, min_dim=min_dim)
     xf = x.float() if xf is None else xf
     rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
@@ -30,8 +37,9 @@ def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim:
 
 @npu_op
 def npu_rms_norm(self, gamma, epsilon=1e-06):
-    """``(y, rstd)`` with ``y = x * rstd * gamma``; x 2-8 D; differentiable."""
-    xf, rstd = _rms("npu_rms_norm", self, gamma, epsilon, min_dim=2)
+    """``(y, rstd)`` with ``y = x * rstd * gamma`` in x's dtype; x 2-8 D; gamma in x's dtype or
+    float32 (with float16/bfloat16 x); differentiable (NpuRmsNorm autograd node)."""
+    xf, rstd = _rms("npu_rms_norm", self, gamma, epsilon, min_dim=2, float32_gamma=True)
     return (xf * rstd * gamma.float()).to(self.dtype), rstd
 
 
