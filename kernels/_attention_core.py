@@ -96,8 +96,8 @@ def _compressed_causal() -> torch.Tensor:
     return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
 
 
-def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
-    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+def check_compressed_mask_shape(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
+    """Sparse modes 2/3/4 take a 2048 x 2048 mask (leading dims of size 1)."""
     n = COMPRESSED_MASK_SIZE
     shape = tuple(mask.shape)
     require(
@@ -105,6 +105,12 @@ def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None
         f"sparse_mode={sparse_mode} needs the compressed {n}x{n} mask "
         f"torch.triu(torch.ones({n}, {n}), diagonal=1).bool(); got shape {shape}",
     )
+
+
+def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
+    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+    n = COMPRESSED_MASK_SIZE
+    check_compressed_mask_shape(op, mask, sparse_mode)
     require(
         torch.equal(mask.reshape(n, n), _compressed_causal()), op,
         f"sparse_mode={sparse_mode}: atten_mask must equal torch.triu(torch.ones({n}, {n}), diagonal=1) "
@@ -325,22 +331,17 @@ class _BlockedAttention(torch.autograd.Function):
         qs = (q.float().contiguous() * problem.scale).view(B, Nkv, Nq // Nkv, Sq, D)
         kf, vf = k.float().contiguous(), v.float().contiguous()
         out, row_max, row_sum = _forward(qs, kf, vf, problem)
-        ctx.save_for_backward(qs, kf, vf, out, row_max, row_sum)
-        ctx.problem = problem
-        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         row_max, row_sum = row_max.view(B, Nq, Sq), row_sum.view(B, Nq, Sq)
+        out = out.view(B, Nq, Sq, vf.shape[-1])
+        ctx.save_for_backward(q, k, v, out, row_max, row_sum)
+        ctx.problem = problem
         ctx.mark_non_differentiable(row_max, row_sum)
-        return out.view(B, Nq, Sq, vf.shape[-1]).to(q.dtype), row_max, row_sum
+        return out.to(q.dtype), row_max, row_sum
 
     @staticmethod
     def backward(ctx, dout, _dmax, _dsum):
-        qs, kf, vf, out, row_max, row_sum = ctx.saved_tensors
-        p = ctx.problem
-        dout = dout.float().reshape(out.shape)
-        dq, dk, dv = _backward(qs, kf, vf, out, dout, row_max, row_sum, p)
-        qd, kd, vd = ctx.dtypes
-        B, Nkv, G, Sq, D = qs.shape
-        return (dq.mul_(p.scale).view(B, Nkv * G, Sq, D).to(qd), dk.to(kd), dv.to(vd), None)
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        return (*attention_backward(q, k, v, out, dout, row_max, row_sum, ctx.problem), None)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: Problem):
@@ -353,6 +354,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: Proble
     B, Nq, Sq, _ = q.shape
     _choose_blocks(problem, B, Nq, Sq, k.shape[2])
     return _BlockedAttention.apply(q, k, v, problem)
+
+
+def attention_backward(q, k, v, out, dout, row_max, row_sum, problem: Problem):
+    """``(dq, dk, dv)`` of one dense BNSD problem, in the inputs' dtypes, from its output and its
+    softmax statistics ([B, Nq, Sq]): the FlashAttention-2 backward, which recomputes each score
+    block from the statistics (what npu_fusion_attention_grad takes them for)."""
+    B, Nq, Sq, D = q.shape
+    Nkv, Skv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    _choose_blocks(problem, B, Nq, Sq, Skv)
+    rows = (B, Nkv, Nq // Nkv, Sq)
+    qs = (q.float().contiguous() * problem.scale).view(*rows, D)
+    dq, dk, dv = _backward(qs, k.float().contiguous(), v.float().contiguous(), out.float().reshape(*rows, Dv),
+                           dout.float().reshape(*rows, Dv), row_max.float().reshape(rows),
+                           row_sum.float().reshape(rows), problem)
+    return dq.mul_(problem.scale).view(B, Nq, Sq, D).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def lse_of(row_max: torch.Tensor, row_sum: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
 from npu_migrate.kernels._common import FLOATS
 from npu_migrate.kernels.registry import npu_op
 
@@ -43,10 +43,11 @@ def npu_moe_init_routing(x, row_idx, expert_idx, active_num):
             f"active_num must be a non-negative int, got {active_num!r}")
     k = expert_idx.shape[1]
     flat_rows = row_idx.reshape(-1).long()
-    require(
-        bool(((flat_rows >= 0) & (flat_rows < num_rows * k)).all()), op,
-        f"row_idx values must lie in [0, num_rows * k = {num_rows * k})",
-    )
+    if reads_values():
+        require(
+            bool(((flat_rows >= 0) & (flat_rows < num_rows * k)).all()), op,
+            f"row_idx values must lie in [0, num_rows * k = {num_rows * k})",
+        )
     expanded_expert_idx, order = torch.sort(expert_idx.reshape(-1), stable=True)
     sorted_rows = flat_rows[order]
     expanded_row_idx = torch.empty_like(flat_rows)
@@ -74,8 +75,9 @@ def npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales,
     _require_int32(op, expanded_src_to_dst_row=expanded_src_to_dst_row, export_for_source_row=export_for_source_row)
     require(rows.dim() == 2, op, f"expanded_permuted_rows must be 2-D (num_rows * K, H), got {rows.dim()}-D")
     require(skip2 is not None or skip1 is None, op, "when skip2 is None, skip1 must be None too")
+    require(scales is not None or isinstance(k, int), op, f"k must be an int, got {k!r}")
     slots = scales.shape[1] if scales is not None else k
-    require(isinstance(slots, int) and slots > 0 and rows.shape[0] % slots == 0, op,
+    require(slots > 0 and rows.shape[0] % slots == 0, op,
             f"expanded_permuted_rows has {rows.shape[0]} rows, not a multiple of K = {slots}")
     num_rows, hidden = rows.shape[0] // slots, rows.shape[1]
     require(

@@ -23,7 +23,7 @@ import torch
 
 from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
 from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import npu_op
+from npu_migrate.kernels.registry import Derivative, npu_op
 
 _MAX_K = 1024
 _MAX_GROUPED_EXPERTS = 2048
@@ -125,7 +125,24 @@ def _check_grouped(op, x, k, bias, k_group, group_count, group_select_mode, reno
             f"k must be in [1, experts / group_count * k_group = {per_group * k_group}], got {k}")
 
 
-@npu_op(grads=("x",))
+def _norm(x: torch.Tensor, norm_type: int) -> torch.Tensor:
+    return torch.softmax(x.float(), dim=-1) if norm_type == 0 else torch.sigmoid(x.float())
+
+
+def _save(ctx, args, outputs):
+    _, expert_idx, norm_out = outputs
+    ctx.mark_non_differentiable(expert_idx, norm_out)
+    ctx.save_for_backward(args["x"], expert_idx)
+    ctx.args = {name: args[name] for name in ("renorm", "norm_type", "routed_scaling_factor", "eps")}
+
+
+def _grads(ctx, grad_y, *_unused):
+    x, expert_idx = ctx.saved_tensors
+    x_norm = _norm(x, ctx.args["norm_type"])
+    return {"x": torch.ops.npu.npu_moe_gating_top_k_backward(x_norm, grad_y, expert_idx, **ctx.args).to(x.dtype)}
+
+
+@npu_op(derivative=Derivative(_save, _grads))
 def npu_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
                          group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
                          eps=1e-20):
@@ -152,7 +169,7 @@ def npu_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_gro
     op = "npu_moe_gating_top_k"
     require(input_ids is None and tid2eid is None, op, "input_ids / tid2eid are not emulated")
     _check_grouped(op, x, k, bias, k_group, group_count, group_select_mode, renorm, norm_type)
-    norm = torch.softmax(x.float(), dim=-1) if norm_type == 0 else torch.sigmoid(x.float())
+    norm = _norm(x, norm_type)
     value = norm if bias is None else norm + bias.float()
     if group_count > 1:
         grouped = value.view(x.shape[0], group_count, -1)
@@ -170,3 +187,27 @@ def npu_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_gro
     y = (y * routed_scaling_factor).to(x.dtype)
     norm_out = norm if out_flag else torch.full_like(norm, float("nan"))
     return y, expert_idx.to(torch.int32), norm_out
+
+
+@npu_op
+def npu_moe_gating_top_k_backward(x_norm, grad_y, expertIdx, *, renorm=0, norm_type=0, routed_scaling_factor=1.0,
+                                  eps=1e-20):
+    """The gradient of npu_moe_gating_top_k's y with respect to x, from the scores ``x_norm``:
+    through ``y = c * s / (sum(s) + eps)`` (sigmoid) or ``y = c * s`` (softmax) for the chosen
+    scores s, then the sigmoid (``n * (1 - n)``) or softmax Jacobian; shaped like x_norm, in
+    grad_y's dtype. The bias, which only chooses the experts, gets no gradient."""
+    op = "npu_moe_gating_top_k_backward"
+    require(renorm == 0, op, f"only renorm=0 is supported, got {renorm}")
+    require(norm_type in (0, 1), op, f"norm_type must be 0 (softmax) or 1 (sigmoid), got {norm_type}")
+    n, g = x_norm.float(), grad_y.float() * routed_scaling_factor
+    idx = expertIdx.long()
+    if norm_type == 1:
+        chosen = n.gather(-1, idx)
+        total = chosen.sum(-1, keepdim=True) + eps
+        g = g / total - (g * chosen).sum(-1, keepdim=True) / total.pow(2)
+    d_norm = torch.zeros_like(n).scatter_add_(-1, idx, g)
+    if norm_type == 1:
+        dx = d_norm * n * (1 - n)
+    else:
+        dx = n * (d_norm - (d_norm * n).sum(-1, keepdim=True))
+    return dx.to(grad_y.dtype)

@@ -1,9 +1,9 @@
 """Registry of the emulated torch_npu ops.
 
 Each kernel module decorates its public functions with ``@npu_op`` (or ``@npu_op(...)`` with the
-op's autograd and shape facts); the emulated ``torch_npu`` module, the dispatcher registration
-(``kernels.dispatcher``) and the schema conformance test read it. ``load_all`` imports every module
-of the package once so that the registry is complete without a hand-kept list.
+op's fake implementation and autograd formula); the emulated ``torch_npu`` module, the dispatcher
+registration (``kernels.dispatcher``) and the schema conformance test read it. ``load_all``
+imports every module of the package once so that the registry is complete without a hand-kept list.
 """
 
 from __future__ import annotations
@@ -11,27 +11,33 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """The autograd formula of an op with a backward on a real NPU (an autograd node in
+    ``torch_npu_autograd_nodes.txt``): the analogue of its derivatives.yaml entry.
+
+    ``save(ctx, args, outputs)`` keeps what the backward needs (``args``: every argument by name,
+    defaults filled in) and marks the outputs that get no gradient; ``grads(ctx, *output_grads)``
+    returns ``{input name: gradient}``, computed by the op's backward op through the dispatcher.
+    """
+
+    save: Callable[[Any, Dict[str, Any], Any], None]
+    grads: Callable[..., Dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One emulated op and what the dispatcher needs to know about it.
-
-    ``grads``: the inputs that get gradients; empty when the real op has no backward (no autograd
-    node in ``torch_npu_autograd_nodes.txt``), in which case the kernel refuses grad inputs.
-    ``grad_outputs``: the outputs whose gradients the real backward takes (e.g. only ``y`` of
-    ``(y, rstd)``). ``fake``: output shapes/dtypes for FakeTensor/meta tracing, same signature as
-    the op; None means the kernel itself runs on fake tensors (it has no data-dependent step).
-    ``recompute``: ``(outputs, *args, **kwargs)`` -> the op's outputs, differentiable, for the
-    backward; None means the kernel itself (an op whose result is a function of its inputs).
-    """
+    """One emulated op. ``fake``: output shapes/dtypes for FakeTensor/meta tracing, same signature
+    as the op; None: the kernel itself runs on the fake tensors, inside ``_checks.shapes_only()``
+    (its checks of tensor values skipped, see ``_checks.reads_values``). ``derivative``: None when
+    the real op has no backward; the kernel then refuses grad inputs."""
 
     fn: Callable
-    grads: Tuple[str, ...] = ()
-    grad_outputs: Tuple[int, ...] = (0,)
     fake: Optional[Callable] = None
-    recompute: Optional[Callable] = None
+    derivative: Optional[Derivative] = None
 
     @property
     def name(self) -> str:
@@ -44,18 +50,16 @@ OPS: Dict[str, Callable] = {}
 SPECS: Dict[str, OpSpec] = {}
 
 
-def npu_op(fn: Optional[Callable] = None, *, grads: Tuple[str, ...] = (), grad_outputs: Tuple[int, ...] = (0,),
-           fake: Optional[Callable] = None, recompute: Optional[Callable] = None):
-    """Register ``fn`` under its own name (which must be the real torch_npu name).
-
-    ``@npu_op`` for an op without a backward; ``@npu_op(grads=(...), ...)`` otherwise (see OpSpec).
-    """
+def npu_op(fn: Optional[Callable] = None, *, fake: Optional[Callable] = None,
+           derivative: Optional[Derivative] = None):
+    """Register ``fn`` under its own name (which must be the real torch_npu name):
+    ``@npu_op`` or ``@npu_op(fake=..., derivative=...)``."""
 
     def register(fn: Callable) -> Callable:
         if fn.__name__ in OPS:
             raise RuntimeError(f"emulated op {fn.__name__} registered twice")
         OPS[fn.__name__] = fn
-        SPECS[fn.__name__] = OpSpec(fn, tuple(grads), tuple(grad_outputs), fake, recompute)
+        SPECS[fn.__name__] = OpSpec(fn, fake, derivative)
         return fn
 
     return register(fn) if fn is not None else register
