@@ -4,7 +4,10 @@ One dense problem: ``q [B, Nq, Sq, D]``, ``k [B, Nkv, Skv, D]``, ``v [B, Nkv, Sk
 Nq a multiple of Nkv), plus a :class:`Problem` that says how the logits are scaled, biased and
 masked. :func:`attention` computes it the FlashAttention way: key/value blocks with an online
 softmax, in float32 whatever the input dtype, so memory grows linearly in S (one score block of
-at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time). GQA is done without repeating K/V: the
+at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time), and it yields the exact row max and
+row sum that the NPU kernels return as softmax_max / softmax_sum. (Why not SDPA: it returns at
+most the log-sum-exp, and recovering the row max from the scores costs a second QK^T pass, about
+as much as SDPA itself.) GQA is done without repeating K/V: the
 G = Nq/Nkv query heads that share a KV head are folded into the rows of one matmul.
 
 Backward (FA2 style) recomputes the score blocks from the saved row max/sum, so training memory
@@ -34,12 +37,13 @@ from npu_migrate.kernels._checks import dtype_name, require
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
 MASKED = -1e30
-#: Key/value block length, and the most score floats one block may hold (32 MiB in float32); the
-#: query block is as tall as that allows (tall blocks keep the matmuls efficient). Tuned on a
-#: 2-core CPU with ``benchmarks/attention.py``. ``BLOCK_Q`` > 0 fixes the query block instead
-#: (tests shrink all three to force many blocks).
-BLOCK_KV = 2048
-SCORE_BLOCK_ELEMENTS = 1 << 23
+#: Key/value block length, and the most score floats one block may hold (8 MiB in float32); the
+#: query block is as tall as that allows (256 rows for 8 heads). Tuned on a 2-core CPU with
+#: ``benchmarks/attention.py`` against SDPA (smaller blocks pay Python and small-matmul overhead,
+#: larger ones leave the cache). ``BLOCK_Q`` > 0 fixes the query block instead (tests shrink all
+#: three to force many blocks).
+BLOCK_KV = 1024
+SCORE_BLOCK_ELEMENTS = 1 << 21
 BLOCK_Q = 0
 #: Side of the compressed causal mask that sparse modes 2/3/4 take.
 COMPRESSED_MASK_SIZE = 2048
@@ -237,41 +241,46 @@ def _choose_blocks(p: Problem, b: int, nq: int, sq: int, skv: int) -> None:
 def _forward(q, k, v, p: Problem):
     """q [B,Nkv,G,Sq,D] float32 already scaled; k/v [B,Nkv,Skv,*] float32 -> out (f32), max, sum.
 
-    Each block is soft-maxed by torch's fused kernel in place; its row max and row sum
-    (= 1 / the largest probability) then merge it into the running result.
+    Per key/value block: the row max, ``exp(s - running max)`` in place, its row sum, and one
+    matmul with V merge the block into the running result (the FlashAttention-2 recurrence); five
+    passes over a score block that stays cache-sized.
     """
     B, Nkv, G, Sq, D = q.shape
     Skv, Dv = k.shape[2], v.shape[-1]
     out = q.new_empty(B, Nkv, G, Sq, Dv)
     row_max = q.new_empty(B, Nkv, G, Sq)
     row_sum = q.new_empty(B, Nkv, G, Sq)
-    mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
     buf = q.new_empty(B * Nkv * G * min(Sq, p.block_q) * min(Skv, p.block_kv))
     for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
         bq = q1 - q0
-        qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
-        m = q.new_full((B, Nkv, G, bq), MASKED)
-        l = q.new_zeros(B, Nkv, G, bq)
-        acc = q.new_zeros(B, Nkv, G * bq, Dv)
+        rows = (B, Nkv, G * bq)
+        qb = q[:, :, :, q0:q1].reshape(*rows, D)
+        m = l = acc = None
         for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
             s = _scores(p, qb, k, q0, q1, k0, k1, (B, Nkv, G, bq, k1 - k0), buf)
             if s is None:
                 continue
-            m_blk = s.amax(-1)
-            torch._softmax(s, -1, False, out=s)
-            l_blk = s.amax(-1).reciprocal_()
+            m_blk = s.amax(-1, keepdim=True)
+            m_new = m_blk if m is None else torch.maximum(m, m_blk)
+            s.sub_(m_new).exp_()
+            l_blk = s.sum(-1, keepdim=True)
             if p.keep_prob < 1:
                 s.mul_(_keep_mask(p, qi, ki, s.shape))
-            o_blk = torch.matmul(s.view(B, Nkv, G * bq, k1 - k0), v[:, :, k0:k1])
-            m_new = torch.maximum(m, m_blk)
-            alpha = (m - m_new).exp_()
-            weight = (m_blk - m_new).exp_().mul_(l_blk)
-            l.mul_(alpha).add_(weight)
-            acc.mul_(alpha.view(B, Nkv, G * bq, 1)).addcmul_(o_blk, weight.view(B, Nkv, G * bq, 1))
+            probs, values = s.view(B * Nkv, G * bq, k1 - k0), v[:, :, k0:k1].reshape(B * Nkv, k1 - k0, Dv)
+            if m is None:
+                l, acc = l_blk, torch.bmm(probs, values)
+            else:
+                alpha = (m - m_new).exp_()
+                l = l.mul_(alpha).add_(l_blk)
+                acc = acc.mul_(alpha.view(B * Nkv, G * bq, 1)).baddbmm_(probs, values)
             m = m_new
-        o = acc.view(B, Nkv, G, bq, Dv).div_(l.unsqueeze(-1))
+        if m is None:  # no key at all (Skv == 0) or every block outside the band
+            m, l, acc = q.new_full((B, Nkv, G, bq, 1), MASKED), q.new_ones(B, Nkv, G, bq, 1), q.new_zeros(B * Nkv, G * bq, Dv)
+        o = acc.view(B, Nkv, G, bq, Dv).div_(l)
+        m, l = m[..., 0], l[..., 0]
         dead = m == MASKED
         if dead.any():
+            mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
             fill = torch.zeros_like(mean_v) if p.zero_dead_rows else mean_v
             o = torch.where(dead.unsqueeze(-1), fill, o)
             l = torch.where(dead, float(Skv), l)
