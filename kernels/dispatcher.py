@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from npu_migrate.kernels._checks import shapes_only
+from npu_migrate.kernels.emulation import real_torch_npu_installed
 from npu_migrate.kernels.registry import OpSpec, specs
 from npu_migrate.opmap import reference
 
@@ -81,12 +82,6 @@ def _defined_elsewhere(name: str) -> bool:
     return True
 
 
-def real_torch_npu_importable() -> bool:
-    from npu_migrate.kernels.emulation import real_torch_npu_installed
-
-    return real_torch_npu_installed()
-
-
 def register() -> bool:
     """Define the emulated ops in ``torch.ops.npu`` (once per process); False, with nothing
     defined, when a real torch_npu is importable."""
@@ -94,7 +89,7 @@ def register() -> bool:
     with _lock:
         if _library is not None:
             return True
-        if real_torch_npu_importable():
+        if real_torch_npu_installed():
             return False
         library = torch.library.Library(NAMESPACE, "FRAGMENT")
         lines = schema_lines()
