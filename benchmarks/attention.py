@@ -14,7 +14,10 @@ implementations:
   machine's free memory).
 
 Time: for each (case, length) one child process times the implementations alternately, best of
-``--repeats`` calls each, so a busy machine slows both sides of a ratio alike. Peak memory: one
+``--repeats`` calls each, so a busy machine slows both sides of a ratio alike. On a machine that
+other jobs load, ``--threads 1 --clock cpu`` measures each call's own CPU time on one thread,
+which the other jobs barely change (wall time on two contended threads inflates every small op
+of the blocked path). Peak memory: one
 fresh child per implementation; after the inputs are built and one warm-up call is done, it writes
 ``5`` to ``/proc/self/clear_refs`` (which resets the resident-set high-water mark VmHWM to the
 current RSS), and ``VmHWM - RSS before`` after one more call is the extra memory the call needed
@@ -75,19 +78,20 @@ def _functions(case: str, seq: int):
     }
 
 
-def _time_child(case: str, seq: int, impls: list, repeats: int) -> None:
+def _time_child(case: str, seq: int, impls: list, repeats: int, clock: str) -> None:
     import torch
 
     fns = _functions(case, seq)
+    now = time.process_time if clock == "cpu" else time.perf_counter
     best = {name: math.inf for name in impls}
     with torch.no_grad():
         for name in impls:
             fns[name]()  # warm-up (thread pool, allocator)
         for _ in range(repeats):
             for name in impls:
-                start = time.perf_counter()
+                start = now()
                 fns[name]()
-                best[name] = min(best[name], time.perf_counter() - start)
+                best[name] = min(best[name], now() - start)
     print(json.dumps(best))
 
 
@@ -106,9 +110,12 @@ def _memory_child(case: str, seq: int, impl: str) -> None:
     print(json.dumps({"peak_mib": peak / 1024}))
 
 
-def _child(*args: str) -> dict:
+def _child(threads: int, *args: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args],
-                          capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                          capture_output=True, text=True, check=True, env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -123,26 +130,30 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads of the children (0: torch's default)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: elapsed time; cpu: the process's CPU time (use with --threads 1)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, case, seq, *rest = args.child
         if kind == "time":
-            _time_child(case, int(seq), rest[1:], int(rest[0]))
+            _time_child(case, int(seq), rest[2:], int(rest[0]), rest[1])
         else:
             _memory_child(case, int(seq), rest[0])
         return
 
     import torch
 
-    print(f"BNSD B={B} N={N} D={D} float32, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+    threads = args.threads or torch.get_num_threads()
+    print(f"BNSD B={B} N={N} D={D} float32, torch {torch.__version__}, {threads} threads, {args.clock} clock; "
           f"time = best of {args.repeats} alternating calls; peak = extra resident memory (VmHWM) in a fresh process")
     print(f"{'case':>6} {'S':>6} {'impl':>7} {'time ms':>10} {'peak MiB':>10} {'time/sdpa':>10} {'mem/sdpa':>9}")
     for case in args.cases:
         for seq in args.lengths:
             impls = [i for i in IMPLS if i != "eager" or _eager_fits(seq)]
-            times = _child("time", case, str(seq), str(args.repeats), *impls)
-            peaks = {impl: _child("memory", case, str(seq), impl)["peak_mib"] for impl in impls}
+            times = _child(args.threads, "time", case, str(seq), str(args.repeats), args.clock, *impls)
+            peaks = {impl: _child(args.threads, "memory", case, str(seq), impl)["peak_mib"] for impl in impls}
             for impl in impls:
                 t_ratio = times[impl] / times["sdpa"]
                 m_ratio = f"{peaks[impl] / peaks['sdpa']:.2f}" if peaks["sdpa"] > 0 else "-"

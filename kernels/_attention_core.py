@@ -37,13 +37,13 @@ from npu_migrate.kernels._checks import dtype_name, require
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
 MASKED = -1e30
-#: Key/value block length, and the most score floats one block may hold (8 MiB in float32); the
-#: query block is as tall as that allows (256 rows for 8 heads). Tuned on a 2-core CPU with
+#: Key/value block length, and the most score floats one block may hold (16 MiB in float32); the
+#: query block is as tall as that allows (512 rows for 8 heads). Tuned on a 2-core CPU with
 #: ``benchmarks/attention.py`` against SDPA (smaller blocks pay Python and small-matmul overhead,
 #: larger ones leave the cache). ``BLOCK_Q`` > 0 fixes the query block instead (tests shrink all
 #: three to force many blocks).
 BLOCK_KV = 1024
-SCORE_BLOCK_ELEMENTS = 1 << 21
+SCORE_BLOCK_ELEMENTS = 1 << 22
 BLOCK_Q = 0
 #: Side of the compressed causal mask that sparse modes 2/3/4 take.
 COMPRESSED_MASK_SIZE = 2048
@@ -140,13 +140,20 @@ class Band:
         lo, hi = self._offsets(q0, q1, k0, k1)
         return lo > self.next or hi < -self.pre
 
-    def block(self, q0: int, q1: int, k0: int, k1: int) -> Optional[torch.Tensor]:
+    def block(self, q0: int, q1: int, k0: int, k1: int, device: torch.device) -> Optional[torch.Tensor]:
         """The [bq, bk] masked-out positions of a block, or None when the band keeps it whole."""
         lo, hi = self._offsets(q0, q1, k0, k1)
         if hi <= self.next and lo >= -self.pre:
             return None
-        d = torch.arange(k0, k1)[None, :] - torch.arange(q0, q1)[:, None] - self.anchor
-        return (d > self.next) | (d < -self.pre)
+        return _band_block(q1 - q0, k1 - k0, k0 - q0 - self.anchor, self.pre, self.next, device)
+
+
+@lru_cache(maxsize=64)
+def _band_block(rows: int, cols: int, offset: int, pre: int, next_: int, device: torch.device) -> torch.Tensor:
+    """Masked-out positions of a block whose key j and query i are ``offset + j - i`` apart: one
+    pattern per diagonal offset, so the equal-sized diagonal blocks of a causal problem share it."""
+    d = torch.arange(cols, device=device)[None, :] - torch.arange(rows, device=device)[:, None] + offset
+    return (d > next_) | (d < -pre)
 
 
 def sparse_band(sparse_mode: int, pre: int, next_: int, sq: int, skv: int) -> Optional[Band]:
@@ -225,17 +232,23 @@ def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5, buf) -> Optional[torch.Te
     if p.mask is not None:
         s.masked_fill_(_cut(p.mask, q0, q1, k0, k1), MASKED)
     if p.band is not None:
-        band = p.band.block(q0, q1, k0, k1)
+        band = p.band.block(q0, q1, k0, k1, s.device)
         if band is not None:
             s.masked_fill_(band, MASKED)
     return s
 
 
 def _choose_blocks(p: Problem, b: int, nq: int, sq: int, skv: int) -> None:
+    """Key blocks of BLOCK_KV and query blocks as tall as SCORE_BLOCK_ELEMENTS allows; under a
+    band (causal, sliding window) square blocks of a quarter of that instead (256 x 256 for 8
+    heads), so that more of them lie wholly outside the band and are skipped."""
+    per_row = SCORE_BLOCK_ELEMENTS // (b * nq)
+    square = 1 << max(0, (math.isqrt(per_row) // 2).bit_length() - 1)  # a power of 2, square/4 fits
     if not p.block_kv:
-        p.block_kv = max(1, min(skv, BLOCK_KV, SCORE_BLOCK_ELEMENTS // (b * nq)))
+        p.block_kv = max(1, min(skv, BLOCK_KV, per_row, square if p.band is not None else per_row))
     if not p.block_q:
-        p.block_q = BLOCK_Q or max(1, min(sq, SCORE_BLOCK_ELEMENTS // (b * nq * p.block_kv)))
+        rows = square if p.band is not None else per_row // p.block_kv
+        p.block_q = BLOCK_Q or max(1, min(sq, rows, per_row // p.block_kv))
 
 
 def _forward(q, k, v, p: Problem):
