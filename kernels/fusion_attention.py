@@ -45,10 +45,15 @@ from npu_migrate.kernels._checks import NpuOpError, require
 from npu_migrate.kernels._fusion_attention_args import OP, FaCall, as_bnsd, prepare
 from npu_migrate.kernels.registry import Derivative, npu_op
 
-#: the arguments of npu_fusion_attention that npu_fusion_attention_grad takes again
-_PASSED_TO_GRAD = ("pse", "padding_mask", "atten_mask", "keep_prob", "pre_tockens", "next_tockens", "inner_precise",
-                   "prefix", "actual_seq_qlen", "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel", "sync",
-                   "softmax_layout", "sink")
+#: the non-tensor arguments of npu_fusion_attention that npu_fusion_attention_grad takes again
+_PASSED_TO_GRAD = ("padding_mask", "keep_prob", "pre_tockens", "next_tockens", "inner_precise", "prefix",
+                   "actual_seq_qlen", "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel", "sync", "softmax_layout",
+                   "sink")
+
+
+def _join(parts):
+    """Per-sequence [B, N, S_i, *] results side by side along S."""
+    return torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
 
 
 def _forward(call: FaCall, base_seed: int):
@@ -59,8 +64,7 @@ def _forward(call: FaCall, base_seed: int):
         outs.append(out)
         maxes.append(row_max)
         sums.append(row_sum)
-    join = lambda ts: torch.cat(ts, dim=2) if len(ts) > 1 else ts[0]  # noqa: E731
-    return call.to_layout(join(outs)), call.stats_out(join(maxes)), call.stats_out(join(sums))
+    return call.to_layout(_join(outs)), call.stats_out(_join(maxes)), call.stats_out(_join(sums))
 
 
 def _save(ctx, args, outputs):
@@ -73,7 +77,7 @@ def _save(ctx, args, outputs):
     ctx.mark_non_differentiable(softmax_max, softmax_sum, softmax_out)
     ctx.save_for_backward(args["query"], args["key"], args["value"], args["pse"], args["atten_mask"], out,
                           softmax_max, softmax_sum)
-    ctx.kwargs = {name: args[name] for name in _PASSED_TO_GRAD if name not in ("pse", "atten_mask")}
+    ctx.kwargs = {name: args[name] for name in _PASSED_TO_GRAD}
     ctx.kwargs.update(scale_value=args["scale"], seed=seed, offset=offset, numels=numels)
     ctx.head_num, ctx.layout = args["head_num"], args["input_layout"]
 
@@ -167,6 +171,5 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                                         call.problem(i, sq, skv, seed))
         for part, grad in zip((dqs, dks, dvs), grads):
             part.append(grad)
-    join = lambda ts: torch.cat(ts, dim=2) if len(ts) > 1 else ts[0]  # noqa: E731
-    dq, dk, dv = (call.to_layout(join(ts)).to(query.dtype) for ts in (dqs, dks, dvs))
+    dq, dk, dv = (call.to_layout(_join(ts)).to(query.dtype) for ts in (dqs, dks, dvs))
     return dq, dk, dv, query.new_empty(0), query.new_zeros(())  # no dpse; dsink 0 without a sink
