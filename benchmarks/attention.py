@@ -1,22 +1,27 @@
-"""Time and peak memory of the emulated ``npu_fusion_attention`` against eager attention and SDPA.
+"""Time and peak memory of the emulated ``npu_fusion_attention`` against SDPA (and eager attention).
 
-Run: ``python benchmarks/attention.py [--lengths 512 1024 2048 4096 16384] [--repeats 3]``
+Run: ``python benchmarks/attention.py [--lengths 1024 2048 4096 8192] [--repeats 5]``
 
-Shape: BNSD, B=1, N=8, D=128, float32, no mask, ``scale=1/sqrt(D)``. Three implementations:
+Shape: BNSD, B=1, N=8, D=128, float32, ``scale=1/sqrt(D)``; two cases: ``full`` (no mask) and
+``causal`` (``sparse_mode=2`` with the compressed mask, against SDPA's ``is_causal=True``). The
+implementations:
 
-* ``eager``: ``softmax(q @ k^T * scale) @ v`` (materialises the S x S scores);
-* ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``;
-* ``npu_fa``: ``kernels.fusion_attention.npu_fusion_attention`` (blocked, online softmax).
+* ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (the baseline of the ratios);
+* ``npu_fa``: ``torch_npu.npu_fusion_attention`` under ``kernels.emulate()`` (the dispatcher op,
+  as migrated code calls it; all seven outputs, softmax statistics included);
+* ``eager``: ``softmax(q @ k^T * scale) @ v``, which materialises the S x S scores (memory only
+  grows quadratically; skipped where its two S x S float32 buffers would not fit in half of the
+  machine's free memory).
 
-Each (implementation, length) runs in a fresh subprocess, so one measurement cannot inherit
-another's allocator state. Peak memory is measured by the kernel, not estimated: after the
-inputs are built and one warm-up call is done, the child writes ``5`` to
-``/proc/self/clear_refs``, which resets the process's resident-set high-water mark (VmHWM) to
-its current RSS; after the timed calls, ``VmHWM - RSS before`` is the extra resident memory the
-attention needed at its peak (outputs included). Time is the best of ``--repeats`` calls
-(``time.perf_counter``). Eager is skipped where its two S x S float32 buffers (scores and
-probabilities) would not fit in half of the machine's free memory; ratios are to eager in the
-same run ("-" where eager was skipped).
+Time: for each (case, length) one child process times the implementations alternately, best of
+``--repeats`` calls each, so a busy machine slows both sides of a ratio alike. On a machine that
+other jobs load, ``--threads 1 --clock cpu`` measures each call's own CPU time on one thread,
+which the other jobs barely change (wall time on two contended threads inflates every small op
+of the blocked path). Peak memory: one
+fresh child per implementation; after the inputs are built and one warm-up call is done, it writes
+``5`` to ``/proc/self/clear_refs`` (which resets the resident-set high-water mark VmHWM to the
+current RSS), and ``VmHWM - RSS before`` after one more call is the extra memory the call needed
+at its peak, outputs included. Ratios are to SDPA in the same run.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, N, D = 1, 8, 128
-IMPLS = ("eager", "sdpa", "npu_fa")
+IMPLS = ("sdpa", "npu_fa", "eager")
+CASES = ("full", "causal")
 
 
 def _rss_kib(field: str) -> int:
@@ -42,40 +48,74 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _child(impl: str, seq: int, repeats: int) -> None:
-    sys.path.insert(0, ROOT)
+def _functions(case: str, seq: int):
     import torch
     import torch.nn.functional as F
 
-    from npu_migrate.kernels.fusion_attention import npu_fusion_attention
+    from npu_migrate import kernels
+
+    kernels.activate()
+    import torch_npu
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, N, seq, D) for _ in range(3))
     scale = 1 / math.sqrt(D)
-    fns = {
-        "eager": lambda: torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1) @ v,
-        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, scale=scale),
-        "npu_fa": lambda: npu_fusion_attention(q, k, v, N, "BNSD", scale=scale)[0],
+    causal = case == "causal"
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1) if causal else None
+    tril = torch.ones(seq, seq, dtype=torch.bool).tril() if causal else None
+
+    def eager():
+        s = q @ k.transpose(-1, -2) * scale
+        if causal:
+            s = s.masked_fill(~tril, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    return {
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal),
+        "npu_fa": lambda: torch_npu.npu_fusion_attention(q, k, v, N, "BNSD", scale=scale, atten_mask=mask,
+                                                         sparse_mode=2 if causal else 0),
+        "eager": eager,
     }
-    fn = fns[impl]
+
+
+def _time_child(case: str, seq: int, impls: list, repeats: int, clock: str) -> None:
+    import torch
+
+    fns = _functions(case, seq)
+    now = time.process_time if clock == "cpu" else time.perf_counter
+    best = {name: math.inf for name in impls}
     with torch.no_grad():
-        fn()  # warm-up (thread pool, allocator)
+        for name in impls:
+            fns[name]()  # warm-up (thread pool, allocator)
+        for _ in range(repeats):
+            for name in impls:
+                start = now()
+                fns[name]()
+                best[name] = min(best[name], now() - start)
+    print(json.dumps(best))
+
+
+def _memory_child(case: str, seq: int, impl: str) -> None:
+    import torch
+
+    fn = _functions(case, seq)[impl]
+    with torch.no_grad():
+        fn()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         before = _rss_kib("VmRSS")
-        best = math.inf
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            out = fn()
-            best = min(best, time.perf_counter() - t0)
-            del out
+        out = fn()
         peak = _rss_kib("VmHWM") - before
-    print(json.dumps({"time_s": best, "peak_mib": peak / 1024}))
+        del out
+    print(json.dumps({"peak_mib": peak / 1024}))
 
 
-def _measure(impl: str, seq: int, repeats: int) -> dict:
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", impl, str(seq), str(repeats)],
-                          capture_output=True, text=True, check=True)
+def _child(threads: int, *args: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args],
+                          capture_output=True, text=True, check=True, env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -87,34 +127,40 @@ def _eager_fits(seq: int) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 16384])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads of the children (0: torch's default)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: elapsed time; cpu: the process's CPU time (use with --threads 1)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        impl, seq, repeats = args.child
-        _child(impl, int(seq), int(repeats))
+        kind, case, seq, *rest = args.child
+        if kind == "time":
+            _time_child(case, int(seq), rest[2:], int(rest[0]), rest[1])
+        else:
+            _memory_child(case, int(seq), rest[0])
         return
 
     import torch
 
-    print(f"BNSD B={B} N={N} D={D} float32, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"time = best of {args.repeats}, peak = extra resident memory (VmHWM) in a fresh process")
-    print(f"{'S':>6} {'impl':>7} {'time ms':>10} {'peak MiB':>10} {'time/eager':>11} {'mem/eager':>10}")
-    for seq in args.lengths:
-        rows = {}
-        for impl in IMPLS:
-            if impl == "eager" and not _eager_fits(seq):
-                continue
-            repeats = args.repeats if seq <= 4096 else 1
-            rows[impl] = _measure(impl, seq, repeats)
-        eager = rows.get("eager")
-        for impl, r in rows.items():
-            t_ratio = f"{r['time_s'] / eager['time_s']:.2f}" if eager else "-"
-            m_ratio = f"{r['peak_mib'] / eager['peak_mib']:.3f}" if eager and eager["peak_mib"] > 0 else "-"
-            print(f"{seq:>6} {impl:>7} {r['time_s'] * 1e3:>10.1f} {r['peak_mib']:>10.1f} {t_ratio:>11} {m_ratio:>10}")
-        if not eager:
-            print(f"{seq:>6} {'eager':>7} {'skipped: S x S scores would not fit':>44}")
+    threads = args.threads or torch.get_num_threads()
+    print(f"BNSD B={B} N={N} D={D} float32, torch {torch.__version__}, {threads} threads, {args.clock} clock; "
+          f"time = best of {args.repeats} alternating calls; peak = extra resident memory (VmHWM) in a fresh process")
+    print(f"{'case':>6} {'S':>6} {'impl':>7} {'time ms':>10} {'peak MiB':>10} {'time/sdpa':>10} {'mem/sdpa':>9}")
+    for case in args.cases:
+        for seq in args.lengths:
+            impls = [i for i in IMPLS if i != "eager" or _eager_fits(seq)]
+            times = _child(args.threads, "time", case, str(seq), str(args.repeats), args.clock, *impls)
+            peaks = {impl: _child(args.threads, "memory", case, str(seq), impl)["peak_mib"] for impl in impls}
+            for impl in impls:
+                t_ratio = times[impl] / times["sdpa"]
+                m_ratio = f"{peaks[impl] / peaks['sdpa']:.2f}" if peaks["sdpa"] > 0 else "-"
+                print(f"{case:>6} {seq:>6} {impl:>7} {times[impl] * 1e3:>10.1f} {peaks[impl]:>10.1f} "
+                      f"{t_ratio:>10.2f} {m_ratio:>9}")
+            if "eager" not in impls:
+                print(f"{case:>6} {seq:>6} {'eager':>7} {'skipped: S x S scores would not fit':>40}")
 
 
 if __name__ == "__main__":

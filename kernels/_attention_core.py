@@ -4,7 +4,10 @@ One dense problem: ``q [B, Nq, Sq, D]``, ``k [B, Nkv, Skv, D]``, ``v [B, Nkv, Sk
 Nq a multiple of Nkv), plus a :class:`Problem` that says how the logits are scaled, biased and
 masked. :func:`attention` computes it the FlashAttention way: key/value blocks with an online
 softmax, in float32 whatever the input dtype, so memory grows linearly in S (one score block of
-at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time). GQA is done without repeating K/V: the
+at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time), and it yields the exact row max and
+row sum that the NPU kernels return as softmax_max / softmax_sum. (Why not SDPA: it returns at
+most the log-sum-exp, and recovering the row max from the scores costs a second QK^T pass, about
+as much as SDPA itself.) GQA is done without repeating K/V: the
 G = Nq/Nkv query heads that share a KV head are folded into the rows of one matmul.
 
 Backward (FA2 style) recomputes the score blocks from the saved row max/sum, so training memory
@@ -34,12 +37,13 @@ from npu_migrate.kernels._checks import dtype_name, require
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).
 MASKED = -1e30
-#: Key/value block length, and the most score floats one block may hold (32 MiB in float32); the
-#: query block is as tall as that allows (tall blocks keep the matmuls efficient). Tuned on a
-#: 2-core CPU with ``benchmarks/attention.py``. ``BLOCK_Q`` > 0 fixes the query block instead
-#: (tests shrink all three to force many blocks).
-BLOCK_KV = 2048
-SCORE_BLOCK_ELEMENTS = 1 << 23
+#: Key/value block length, and the most score floats one block may hold (16 MiB in float32); the
+#: query block is as tall as that allows (512 rows for 8 heads). Tuned on a 2-core CPU with
+#: ``benchmarks/attention.py`` against SDPA (smaller blocks pay Python and small-matmul overhead,
+#: larger ones leave the cache). ``BLOCK_Q`` > 0 fixes the query block instead (tests shrink all
+#: three to force many blocks).
+BLOCK_KV = 1024
+SCORE_BLOCK_ELEMENTS = 1 << 22
 BLOCK_Q = 0
 #: Side of the compressed causal mask that sparse modes 2/3/4 take.
 COMPRESSED_MASK_SIZE = 2048
@@ -96,8 +100,8 @@ def _compressed_causal() -> torch.Tensor:
     return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
 
 
-def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
-    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+def check_compressed_mask_shape(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
+    """Sparse modes 2/3/4 take a 2048 x 2048 mask (leading dims of size 1)."""
     n = COMPRESSED_MASK_SIZE
     shape = tuple(mask.shape)
     require(
@@ -105,6 +109,12 @@ def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None
         f"sparse_mode={sparse_mode} needs the compressed {n}x{n} mask "
         f"torch.triu(torch.ones({n}, {n}), diagonal=1).bool(); got shape {shape}",
     )
+
+
+def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
+    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+    n = COMPRESSED_MASK_SIZE
+    check_compressed_mask_shape(op, mask, sparse_mode)
     require(
         torch.equal(mask.reshape(n, n), _compressed_causal()), op,
         f"sparse_mode={sparse_mode}: atten_mask must equal torch.triu(torch.ones({n}, {n}), diagonal=1) "
@@ -130,13 +140,20 @@ class Band:
         lo, hi = self._offsets(q0, q1, k0, k1)
         return lo > self.next or hi < -self.pre
 
-    def block(self, q0: int, q1: int, k0: int, k1: int) -> Optional[torch.Tensor]:
+    def block(self, q0: int, q1: int, k0: int, k1: int, device: torch.device) -> Optional[torch.Tensor]:
         """The [bq, bk] masked-out positions of a block, or None when the band keeps it whole."""
         lo, hi = self._offsets(q0, q1, k0, k1)
         if hi <= self.next and lo >= -self.pre:
             return None
-        d = torch.arange(k0, k1)[None, :] - torch.arange(q0, q1)[:, None] - self.anchor
-        return (d > self.next) | (d < -self.pre)
+        return _band_block(q1 - q0, k1 - k0, k0 - q0 - self.anchor, self.pre, self.next, device)
+
+
+@lru_cache(maxsize=64)
+def _band_block(rows: int, cols: int, offset: int, pre: int, next_: int, device: torch.device) -> torch.Tensor:
+    """Masked-out positions of a block whose key j and query i are ``offset + j - i`` apart: one
+    pattern per diagonal offset, so the equal-sized diagonal blocks of a causal problem share it."""
+    d = torch.arange(cols, device=device)[None, :] - torch.arange(rows, device=device)[:, None] + offset
+    return (d > next_) | (d < -pre)
 
 
 def sparse_band(sparse_mode: int, pre: int, next_: int, sq: int, skv: int) -> Optional[Band]:
@@ -215,57 +232,68 @@ def _scores(p: Problem, qb, k, q0, q1, k0, k1, shape5, buf) -> Optional[torch.Te
     if p.mask is not None:
         s.masked_fill_(_cut(p.mask, q0, q1, k0, k1), MASKED)
     if p.band is not None:
-        band = p.band.block(q0, q1, k0, k1)
+        band = p.band.block(q0, q1, k0, k1, s.device)
         if band is not None:
             s.masked_fill_(band, MASKED)
     return s
 
 
 def _choose_blocks(p: Problem, b: int, nq: int, sq: int, skv: int) -> None:
+    """Key blocks of BLOCK_KV and query blocks as tall as SCORE_BLOCK_ELEMENTS allows; under a
+    band (causal, sliding window) square blocks of a quarter of that instead (256 x 256 for 8
+    heads), so that more of them lie wholly outside the band and are skipped."""
+    per_row = SCORE_BLOCK_ELEMENTS // (b * nq)
+    square = 1 << max(0, (math.isqrt(per_row) // 2).bit_length() - 1)  # a power of 2, square/4 fits
     if not p.block_kv:
-        p.block_kv = max(1, min(skv, BLOCK_KV, SCORE_BLOCK_ELEMENTS // (b * nq)))
+        p.block_kv = max(1, min(skv, BLOCK_KV, per_row, square if p.band is not None else per_row))
     if not p.block_q:
-        p.block_q = BLOCK_Q or max(1, min(sq, SCORE_BLOCK_ELEMENTS // (b * nq * p.block_kv)))
+        rows = square if p.band is not None else per_row // p.block_kv
+        p.block_q = BLOCK_Q or max(1, min(sq, rows, per_row // p.block_kv))
 
 
 def _forward(q, k, v, p: Problem):
     """q [B,Nkv,G,Sq,D] float32 already scaled; k/v [B,Nkv,Skv,*] float32 -> out (f32), max, sum.
 
-    Each block is soft-maxed by torch's fused kernel in place; its row max and row sum
-    (= 1 / the largest probability) then merge it into the running result.
+    Per key/value block: the row max, ``exp(s - running max)`` in place, its row sum, and one
+    matmul with V merge the block into the running result (the FlashAttention-2 recurrence); five
+    passes over a score block that stays cache-sized.
     """
     B, Nkv, G, Sq, D = q.shape
     Skv, Dv = k.shape[2], v.shape[-1]
     out = q.new_empty(B, Nkv, G, Sq, Dv)
     row_max = q.new_empty(B, Nkv, G, Sq)
     row_sum = q.new_empty(B, Nkv, G, Sq)
-    mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
     buf = q.new_empty(B * Nkv * G * min(Sq, p.block_q) * min(Skv, p.block_kv))
     for qi, (q0, q1) in enumerate(_blocks(Sq, p.block_q)):
         bq = q1 - q0
-        qb = q[:, :, :, q0:q1].reshape(B, Nkv, G * bq, D)
-        m = q.new_full((B, Nkv, G, bq), MASKED)
-        l = q.new_zeros(B, Nkv, G, bq)
-        acc = q.new_zeros(B, Nkv, G * bq, Dv)
+        rows = (B, Nkv, G * bq)
+        qb = q[:, :, :, q0:q1].reshape(*rows, D)
+        m = l = acc = None
         for ki, (k0, k1) in enumerate(_blocks(Skv, p.block_kv)):
             s = _scores(p, qb, k, q0, q1, k0, k1, (B, Nkv, G, bq, k1 - k0), buf)
             if s is None:
                 continue
-            m_blk = s.amax(-1)
-            torch._softmax(s, -1, False, out=s)
-            l_blk = s.amax(-1).reciprocal_()
+            m_blk = s.amax(-1, keepdim=True)
+            m_new = m_blk if m is None else torch.maximum(m, m_blk)
+            s.sub_(m_new).exp_()
+            l_blk = s.sum(-1, keepdim=True)
             if p.keep_prob < 1:
                 s.mul_(_keep_mask(p, qi, ki, s.shape))
-            o_blk = torch.matmul(s.view(B, Nkv, G * bq, k1 - k0), v[:, :, k0:k1])
-            m_new = torch.maximum(m, m_blk)
-            alpha = (m - m_new).exp_()
-            weight = (m_blk - m_new).exp_().mul_(l_blk)
-            l.mul_(alpha).add_(weight)
-            acc.mul_(alpha.view(B, Nkv, G * bq, 1)).addcmul_(o_blk, weight.view(B, Nkv, G * bq, 1))
+            probs, values = s.view(B * Nkv, G * bq, k1 - k0), v[:, :, k0:k1].reshape(B * Nkv, k1 - k0, Dv)
+            if m is None:
+                l, acc = l_blk, torch.bmm(probs, values)
+            else:
+                alpha = (m - m_new).exp_()
+                l = l.mul_(alpha).add_(l_blk)
+                acc = acc.mul_(alpha.view(B * Nkv, G * bq, 1)).baddbmm_(probs, values)
             m = m_new
-        o = acc.view(B, Nkv, G, bq, Dv).div_(l.unsqueeze(-1))
+        if m is None:  # no key at all (Skv == 0) or every block outside the band
+            m, l, acc = q.new_full((B, Nkv, G, bq, 1), MASKED), q.new_ones(B, Nkv, G, bq, 1), q.new_zeros(B * Nkv, G * bq, Dv)
+        o = acc.view(B, Nkv, G, bq, Dv).div_(l)
+        m, l = m[..., 0], l[..., 0]
         dead = m == MASKED
         if dead.any():
+            mean_v = v.mean(2, keepdim=True).unsqueeze(2) if Skv else v.new_zeros(B, Nkv, 1, 1, Dv)
             fill = torch.zeros_like(mean_v) if p.zero_dead_rows else mean_v
             o = torch.where(dead.unsqueeze(-1), fill, o)
             l = torch.where(dead, float(Skv), l)
@@ -325,22 +353,17 @@ class _BlockedAttention(torch.autograd.Function):
         qs = (q.float().contiguous() * problem.scale).view(B, Nkv, Nq // Nkv, Sq, D)
         kf, vf = k.float().contiguous(), v.float().contiguous()
         out, row_max, row_sum = _forward(qs, kf, vf, problem)
-        ctx.save_for_backward(qs, kf, vf, out, row_max, row_sum)
-        ctx.problem = problem
-        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         row_max, row_sum = row_max.view(B, Nq, Sq), row_sum.view(B, Nq, Sq)
+        out = out.view(B, Nq, Sq, vf.shape[-1])
+        ctx.save_for_backward(q, k, v, out, row_max, row_sum)
+        ctx.problem = problem
         ctx.mark_non_differentiable(row_max, row_sum)
-        return out.view(B, Nq, Sq, vf.shape[-1]).to(q.dtype), row_max, row_sum
+        return out.to(q.dtype), row_max, row_sum
 
     @staticmethod
     def backward(ctx, dout, _dmax, _dsum):
-        qs, kf, vf, out, row_max, row_sum = ctx.saved_tensors
-        p = ctx.problem
-        dout = dout.float().reshape(out.shape)
-        dq, dk, dv = _backward(qs, kf, vf, out, dout, row_max, row_sum, p)
-        qd, kd, vd = ctx.dtypes
-        B, Nkv, G, Sq, D = qs.shape
-        return (dq.mul_(p.scale).view(B, Nkv * G, Sq, D).to(qd), dk.to(kd), dv.to(vd), None)
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        return (*attention_backward(q, k, v, out, dout, row_max, row_sum, ctx.problem), None)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: Problem):
@@ -353,6 +376,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: Proble
     B, Nq, Sq, _ = q.shape
     _choose_blocks(problem, B, Nq, Sq, k.shape[2])
     return _BlockedAttention.apply(q, k, v, problem)
+
+
+def attention_backward(q, k, v, out, dout, row_max, row_sum, problem: Problem):
+    """``(dq, dk, dv)`` of one dense BNSD problem, in the inputs' dtypes, from its output and its
+    softmax statistics ([B, Nq, Sq]): the FlashAttention-2 backward, which recomputes each score
+    block from the statistics (what npu_fusion_attention_grad takes them for)."""
+    B, Nq, Sq, D = q.shape
+    Nkv, Skv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    _choose_blocks(problem, B, Nq, Sq, Skv)
+    rows = (B, Nkv, Nq // Nkv, Sq)
+    qs = (q.float().contiguous() * problem.scale).view(*rows, D)
+    dq, dk, dv = _backward(qs, k.float().contiguous(), v.float().contiguous(), out.float().reshape(*rows, Dv),
+                           dout.float().reshape(*rows, Dv), row_max.float().reshape(rows),
+                           row_sum.float().reshape(rows), problem)
+    return dq.mul_(problem.scale).view(B, Nq, Sq, D).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def lse_of(row_max: torch.Tensor, row_sum: torch.Tensor) -> torch.Tensor:

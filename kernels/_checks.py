@@ -6,7 +6,14 @@ refuses an input, so that a migration mistake fails on the emulator as it would 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from typing import Iterator
+
 import torch
+
+#: True while a kernel runs as its own fake implementation (on FakeTensors: shapes, no values)
+_SHAPES_ONLY = contextvars.ContextVar("npu_kernels_shapes_only", default=False)
 
 
 class NpuOpError(RuntimeError):
@@ -50,3 +57,20 @@ def refuse_autograd(op: str, *tensors) -> None:
             f"{op} has no backward on a real NPU (no autograd node in torch_npu 2.14.0); "
             "use it only on inference paths (under torch.no_grad()) or keep the original code for training"
         )
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Run a kernel as its fake implementation: checks that read tensor values are skipped
+    (``reads_values()`` is False) and the kernels that compute with data-dependent control flow
+    return empty outputs of the right shapes."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+def reads_values() -> bool:
+    """False inside ``shapes_only()``: skip checks on tensor values (they need real data)."""
+    return not _SHAPES_ONLY.get()

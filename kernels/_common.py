@@ -22,10 +22,12 @@ def norm_dims(op: str, x: torch.Tensor, gamma: torch.Tensor, min_dim: int = 1) -
     return tuple(range(x.dim() - gamma.dim(), x.dim()))
 
 
-def require_gamma_dtype(op: str, x: torch.Tensor, gamma: torch.Tensor) -> None:
-    """The fused norms take gamma in x's dtype (a float32 weight with bf16 activations is refused)."""
+def require_gamma_dtype(op: str, x: torch.Tensor, gamma: torch.Tensor, float32_gamma: bool = False) -> None:
+    """The fused norms take gamma in x's dtype; with ``float32_gamma`` (``npu_rms_norm``) also a
+    float32 gamma with float16/bfloat16 x, the mixed precision that AMP training produces."""
+    mixed = float32_gamma and gamma.dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16)
+    allowed = f"x dtype {dtype_name(x.dtype)}" + (" (or float32 with float16/bfloat16 x)" if float32_gamma else "")
     require(
-        gamma.dtype == x.dtype, op,
-        f"gamma dtype {dtype_name(gamma.dtype)} must equal x dtype "
-        f"{dtype_name(x.dtype)} (cast the weight, or x, first)",
+        gamma.dtype == x.dtype or mixed, op,
+        f"gamma dtype {dtype_name(gamma.dtype)} must equal {allowed} (cast the weight, or x, first)",
     )

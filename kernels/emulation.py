@@ -23,12 +23,15 @@ The rules and limits, on purpose:
 - ``hccl``/``nccl`` run on gloo: ``get_backend()`` answers ``"gloo"``.
 - Under ``emulate_cuda`` ``Tensor.is_cuda`` keeps its meaning (torch reads it to choose CUDA-only
   kernels); ``torch.cuda.nvtx`` and other CUDA-only internals stay unavailable.
-- Not emulated: graph capture (``NPUGraph`` raises ``NotEmulatedError``), ``torch.ops.npu``,
-  torch_npu tensor methods (``x.npu_format_cast``), storages, the profiler;
+- The emulated torch_npu ops are real dispatcher ops, ``torch.ops.npu.<name>`` (``torch_npu.<name>``
+  is that op), registered on the first activation and kept for the rest of the process (see
+  ``kernels.dispatcher``); ``torch.compile(..., fullgraph=True)`` traces code that calls them
+  (tested with the eager, aot_eager and inductor backends, ``tests/kernels/test_compile.py``).
+- Not emulated: graph capture (``NPUGraph`` raises ``NotEmulatedError``), torch_npu tensor
+  methods (``x.npu_format_cast``), storages, the profiler;
   ``torch_npu.contrib.transfer_to_npu`` imports as a no-op; ``matmul.allow_hf32`` and
   ``conv.allow_hf32`` are flags without numeric effect; ``torch.npu.FloatTensor`` and friends
-  construct and ``isinstance``-check but are not tensor types for ``x.type(...)``;
-  ``torch.compile`` under emulation is untested (``torch.device`` is a Python stand-in).
+  construct and ``isinstance``-check but are not tensor types for ``x.type(...)``.
 """
 
 from __future__ import annotations

@@ -56,7 +56,32 @@ def _group_sizes(group_list, group_list_type: int, groups: int, m: int) -> list:
     return sizes
 
 
-@npu_op
+def _fake(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None, antiquant_offset=None,
+          per_token_scale=None, group_list=None, activation_input=None, activation_quant_scale=None,
+          activation_quant_offset=None, split_item=0, group_type=None, group_list_type=0, act_type=0,
+          tuning_config=None, output_dtype=None, x_dtype=None, weight_dtype=None, scale_dtype=None,
+          per_token_scale_dtype=None):
+    """Output shapes: N from each weight (meta: ``weight[0].shape[2]`` for one [E, K, N] tensor, else
+    ``weight[i].shape[1]``); per-group row counts from a group_list tensor are data-dependent."""
+    xs, ws = _as_list(x, "x"), _as_list(weight, "weight")
+    if len(ws) == 1 and ws[0].dim() == 3:
+        ws = list(ws[0].unbind(0))
+    if group_type == 0 and group_list is not None:
+        m = xs[0].shape[0]
+        if split_item in (2, 3):
+            return [xs[0].new_empty(m, ws[0].shape[1])]
+        if isinstance(group_list, torch.Tensor):
+            sizes = [torch.library.get_ctx().new_dynamic_size() for _ in ws]
+        else:
+            sizes = _group_sizes(group_list, group_list_type, len(ws), m)
+        return [xs[0].new_empty(rows, w.shape[1]) for rows, w in zip(sizes, ws)]
+    ys = [xi.new_empty(*xi.shape[:-1], wi.shape[1]) for xi, wi in zip(xs, ws)]
+    if split_item in (2, 3):
+        return [xs[0].new_empty(sum(y.shape[0] for y in ys), ys[0].shape[-1])]
+    return ys
+
+
+@npu_op(fake=_fake)
 def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None,
                        antiquant_offset=None, per_token_scale=None, group_list=None, activation_input=None,
                        activation_quant_scale=None, activation_quant_offset=None, split_item=0, group_type=None,

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from npu_migrate.kernels import _attention_core as core
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
 from npu_migrate.kernels.registry import npu_op
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -153,7 +153,8 @@ def _infer(op: str, query, key, value, *, atten_mask, pse_shift, actual_q: Optio
     mask = None
     if atten_mask is not None:
         if sparse_mode in (2, 3, 4):
-            core.check_compressed_mask(op, core.bool_mask(op, atten_mask, _MASK_DTYPES), sparse_mode)
+            check = core.check_compressed_mask if reads_values() else core.check_compressed_mask_shape
+            check(op, core.bool_mask(op, atten_mask, _MASK_DTYPES), sparse_mode)
         else:
             mask = _mask_4d(op, atten_mask, B, Sq, decode)
             need = max(kv_lens) if kv_lens else max_kv
@@ -164,6 +165,10 @@ def _infer(op: str, query, key, value, *, atten_mask, pse_shift, actual_q: Optio
         pse_shift = _pse_4d(op, pse_shift, B, N, Sq)
         need = max(kv_lens) if kv_lens else max_kv
         require(pse_shift.shape[3] >= need, op, f"pse_shift covers {pse_shift.shape[3]} keys, fewer than the {need} attended")
+
+    out_layout = "BSND" if layout == "BNSD_BSND" else in_layout
+    if not reads_values():  # the fake implementation: shapes are known here, the rest reads data
+        return core.from_bnsd(q.new_empty(B, N, Sq, D), out_layout), q.new_empty(B, N, Sq, dtype=torch.float32)
 
     def problem(b, sq, skv):
         """The core problem for batch b (None: all batches) with sq queries and skv keys."""
@@ -199,7 +204,6 @@ def _infer(op: str, query, key, value, *, atten_mask, pse_shift, actual_q: Optio
             ob, mb, sb = core.attention(q[b:b + 1, :, :sq], kb, vb, problem(b, sq, skv))
             out[b, :, :sq] = ob[0]
             lse[b, :, :sq] = core.lse_of(mb, sb)[0]
-    out_layout = "BSND" if layout == "BNSD_BSND" else in_layout
     return core.from_bnsd(out, out_layout), lse
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
 from npu_migrate.kernels._common import FLOATS, norm_dims
-from npu_migrate.kernels.registry import npu_op
+from npu_migrate.kernels.registry import Derivative, npu_op
 
 
 def _check_weights(op: str, x: torch.Tensor, **weights) -> None:
@@ -41,7 +41,19 @@ def npu_layer_norm_eval(input, normalized_shape, weight=None, bias=None, eps=1e-
     return F.layer_norm(input.float(), shape, w, b, eps).to(input.dtype)
 
 
-@npu_op
+def _save(ctx, args, outputs):
+    _, mean, rstd, _ = outputs
+    ctx.mark_non_differentiable(mean, rstd)
+    ctx.save_for_backward(args["x1"], args["x2"], rstd, mean, args["gamma"], args["beta"])
+
+
+def _grads(ctx, dy, _dmean, _drstd, dsum):
+    x1, x2, rstd, mean, gamma, beta = ctx.saved_tensors
+    dx1, dx2, dgamma, dbeta = torch.ops.npu.npu_add_layer_norm_backward(dy, x1, x2, rstd, mean, gamma, dsum)
+    return {"x1": dx1, "x2": dx2, "gamma": dgamma.to(gamma.dtype), "beta": dbeta.to(beta.dtype)}
+
+
+@npu_op(derivative=Derivative(_save, _grads))
 def npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-05, additional_output=False):
     """``(y, mean, rstd, x)`` of LayerNorm(x1 + x2); differentiable.
 
@@ -64,3 +76,21 @@ def npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-05, additional_output=Fal
     y = ((x - mean) * rstd * gamma.float() + beta.float()).to(x1.dtype)
     x_out = x.to(x1.dtype) if additional_output else torch.full_like(x1, float("nan"))
     return y, mean, rstd, x_out
+
+
+@npu_op
+def npu_add_layer_norm_backward(dy_opt, x1, x2, rstd, mean, gamma, dsum_opt):
+    """``(dx1, dx2, dgamma, dbeta)`` of ``y = LayerNorm(x1 + x2)``, plus ``dsum_opt`` (the gradient
+    of the returned sum x) added to dx; ``dy_opt`` None counts as 0. dx in x1's dtype (dx1 == dx2),
+    dgamma/dbeta float32."""
+    dims = norm_dims("npu_add_layer_norm_backward", x1, gamma)
+    lead = tuple(range(x1.dim() - gamma.dim()))
+    x = x1.float() + x2.float()
+    xhat = (x - mean) * rstd
+    dy = torch.zeros_like(x) if dy_opt is None else dy_opt.float()
+    dxhat = dy * gamma.float()
+    dx = rstd * (dxhat - dxhat.mean(dim=dims, keepdim=True) - xhat * (dxhat * xhat).mean(dim=dims, keepdim=True))
+    if dsum_opt is not None:
+        dx = dx + dsum_opt.float()
+    reduce = (lambda t: t.sum(dim=lead)) if lead else (lambda t: t)  # noqa: E731
+    return dx.to(x1.dtype), dx.to(x2.dtype, copy=True), reduce(dy * xhat), reduce(dy)

@@ -1,17 +1,16 @@
-"""MoE routing: ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_finalize_routing``.
+"""MoE token routing: ``npu_moe_init_routing``, ``npu_moe_finalize_routing`` (facts §2.8).
 
-Inference only (no backward on a real NPU). Index tensors are int32. The gating op does NOT
-renormalise the top-k weights (Mixtral, and Qwen2-MoE with ``norm_topk_prob``, must divide by
-their sum themselves). ``row_idx[i, j] = j * num_rows + i`` numbers the (row, slot) pairs slot
-by slot, and the routing ops use that convention to go from token rows to expert-sorted rows
-and back.
+Inference only (no backward on a real NPU). Index tensors are int32. The gating ops that produce
+the expert choices live in ``kernels.moe_gating``; their ``row_idx[i, j] = j * num_rows + i``
+numbers the (row, slot) pairs slot by slot, and the routing ops use that convention to go from
+token rows to expert-sorted rows and back.
 """
 
 from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
 from npu_migrate.kernels._common import FLOATS
 from npu_migrate.kernels.registry import npu_op
 
@@ -20,37 +19,6 @@ def _require_int32(op: str, **tensors) -> None:
     for name, t in tensors.items():
         if t is not None:
             require(t.dtype == torch.int32, op, f"{name} must be int32, got {dtype_name(t.dtype)}")
-
-
-@npu_op
-def npu_moe_gating_top_k_softmax(x, finished=None, k=1):
-    """``(y, expert_idx, row_idx)``: softmax over experts, then top-k (largest first).
-
-    Rows whose ``finished`` flag is True get expert index ``num_experts`` (out of range), as the
-    aclnn docs specify; their weights are still computed.
-    """
-    op = "npu_moe_gating_top_k_softmax"
-    refuse_autograd(op, x)
-    check_dtypes(op, FLOATS, x=x)
-    require(x.dim() in (2, 3), op, f"x must be 2-D or 3-D, got {x.dim()}-D")
-    num_experts = x.shape[-1]
-    require(
-        isinstance(k, int) and 0 < k <= num_experts and k <= 1024, op,
-        f"k must satisfy 0 < k <= num_experts ({num_experts}) and k <= 1024, got {k}",
-    )
-    if finished is not None:
-        require(finished.dtype == torch.bool, op, "finished must be a bool tensor")
-        require(
-            finished.shape == x.shape[:-1], op,
-            f"finished shape {tuple(finished.shape)} must be x.shape[:-1] = {tuple(x.shape[:-1])}",
-        )
-    y, expert_idx = torch.softmax(x.float(), dim=-1).topk(k, dim=-1)
-    expert_idx = expert_idx.to(torch.int32)
-    if finished is not None:
-        expert_idx = expert_idx.masked_fill(finished.unsqueeze(-1), num_experts)
-    rows = x.numel() // num_experts
-    row_idx = torch.arange(k, device=x.device) * rows + torch.arange(rows, device=x.device).unsqueeze(1)
-    return y.to(x.dtype), expert_idx, row_idx.to(torch.int32).reshape(expert_idx.shape)
 
 
 @npu_op
@@ -75,10 +43,11 @@ def npu_moe_init_routing(x, row_idx, expert_idx, active_num):
             f"active_num must be a non-negative int, got {active_num!r}")
     k = expert_idx.shape[1]
     flat_rows = row_idx.reshape(-1).long()
-    require(
-        bool(((flat_rows >= 0) & (flat_rows < num_rows * k)).all()), op,
-        f"row_idx values must lie in [0, num_rows * k = {num_rows * k})",
-    )
+    if reads_values():
+        require(
+            bool(((flat_rows >= 0) & (flat_rows < num_rows * k)).all()), op,
+            f"row_idx values must lie in [0, num_rows * k = {num_rows * k})",
+        )
     expanded_expert_idx, order = torch.sort(expert_idx.reshape(-1), stable=True)
     sorted_rows = flat_rows[order]
     expanded_row_idx = torch.empty_like(flat_rows)
@@ -106,8 +75,9 @@ def npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales,
     _require_int32(op, expanded_src_to_dst_row=expanded_src_to_dst_row, export_for_source_row=export_for_source_row)
     require(rows.dim() == 2, op, f"expanded_permuted_rows must be 2-D (num_rows * K, H), got {rows.dim()}-D")
     require(skip2 is not None or skip1 is None, op, "when skip2 is None, skip1 must be None too")
+    require(scales is not None or isinstance(k, int), op, f"k must be an int, got {k!r}")
     slots = scales.shape[1] if scales is not None else k
-    require(isinstance(slots, int) and slots > 0 and rows.shape[0] % slots == 0, op,
+    require(slots > 0 and rows.shape[0] % slots == 0, op,
             f"expanded_permuted_rows has {rows.shape[0]} rows, not a multiple of K = {slots}")
     num_rows, hidden = rows.shape[0] // slots, rows.shape[1]
     require(

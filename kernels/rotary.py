@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from npu_migrate.kernels._checks import NpuOpError, check_dtypes, check_same_dtype, refuse_autograd, require
 from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import npu_op
+from npu_migrate.kernels.registry import Derivative, npu_op
 
 
 def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:
@@ -23,19 +23,50 @@ def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
-def _allowed_r_shapes(shape, mode: str) -> set:
-    """cos/sin shapes the kernel accepts for a 4-D input, over its layouts BNSD, BSND, SBND."""
+def _rotate_transposed(g: torch.Tensor, mode: str) -> torch.Tensor:
+    """The transpose of the linear map ``_rotate``: half ``(g1, g2) -> (g2, -g1)``, interleave
+    ``(g[2i], g[2i+1]) -> (g[2i+1], -g[2i])``."""
+    if mode == "half":
+        g1, g2 = g.chunk(2, dim=-1)
+        return torch.cat((g2, -g1), dim=-1)
+    return torch.stack((g[..., 1::2], -g[..., ::2]), dim=-1).flatten(-2)
+
+
+def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
+    """``t`` summed over the dims where ``shape`` broadcasts (size 1)."""
+    dims = tuple(i for i, (a, b) in enumerate(zip(t.shape, shape)) if b == 1 and a != 1)
+    return t.sum(dim=dims, keepdim=True) if dims else t
+
+
+def _allowed_r_shapes(shape, mode: str) -> list:
+    """cos/sin shapes the kernel accepts for a 4-D input, over its layouts BNSD, BSND, SBND (a list:
+    the sizes may be symbolic while tracing)."""
     d0, d1, d2, d = shape
-    broadcast_seq = {(1, 1, d2, d), (1, d1, 1, d), (d0, 1, 1, d)}  # 11SD, 1S1D, S11D
+    broadcast_seq = [(1, 1, d2, d), (1, d1, 1, d), (d0, 1, 1, d)]  # 11SD, 1S1D, S11D
     if mode == "interleave":
         return broadcast_seq
-    per_batch = {(d0, 1, d2, d), (d0, d1, 1, d)}  # B1SD, BS1D / SB1D
-    return broadcast_seq | per_batch | {tuple(shape)}
+    per_batch = [(d0, 1, d2, d), (d0, d1, 1, d)]  # B1SD, BS1D / SB1D
+    return broadcast_seq + per_batch + [tuple(shape)]
 
 
-@npu_op
+def _save(ctx, args, outputs):
+    if args["rotate"] is not None:
+        raise NpuOpError("npu_rotary_mul with rotate has no backward on a real NPU (npu_rotary_mul_backward "
+                         "ignores rotate); use it only on inference paths")
+    ctx.save_for_backward(args["self"], args["r1"], args["r2"])
+    ctx.mode = args["rotary_mode"]
+
+
+def _grads(ctx, grad):
+    x, r1, r2 = ctx.saved_tensors
+    dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, x, r1, r2, ctx.mode)
+    return {"self": dx, "r1": dr1, "r2": dr2}
+
+
+@npu_op(derivative=Derivative(_save, _grads))
 def npu_rotary_mul(self, r1, r2, rotary_mode='half', rotate=None):
-    """``out = self * r1 + rotate(self) * r2`` (r1 = cos, r2 = sin); differentiable.
+    """``out = self * r1 + rotate(self) * r2`` (r1 = cos, r2 = sin); differentiable (NpuRotaryMul,
+    backward ``npu_rotary_mul_backward``).
 
     With ``rotate`` (a ``[D, D]`` matrix), ``rotate(x) = x @ rotate``; the real backward ignores
     ``rotate``, so gradients through that variant are refused rather than silently wrong.
@@ -54,7 +85,7 @@ def npu_rotary_mul(self, r1, r2, rotary_mode='half', rotate=None):
     require(
         r1.dim() == 4 and tuple(r1.shape) in allowed, op,
         f"r1/r2 shape {tuple(r1.shape)} does not broadcast to self {tuple(x.shape)} in {rotary_mode!r} mode "
-        f"(allowed: {sorted(allowed)}); HF cos/sin [B,S,D] need unsqueeze(1) for BNSD or unsqueeze(2) for BSND",
+        f"(allowed: {allowed}); HF cos/sin [B,S,D] need unsqueeze(1) for BNSD or unsqueeze(2) for BSND",
     )
     xf = x.float()
     if rotate is not None:
@@ -67,12 +98,18 @@ def npu_rotary_mul(self, r1, r2, rotary_mode='half', rotate=None):
 
 
 @npu_op
-def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='half'):
-    """RoPE on query and key in one call, updating both IN PLACE and returning them.
+def npu_rotary_mul_backward(grad, self, r1, r2, rotary_mode='half'):
+    """``(dx, dr1, dr2)`` of ``out = x * r1 + rotate(x) * r2``: ``dx = grad * r1 + rotate^T(grad * r2)``,
+    ``dr1 = grad * x`` and ``dr2 = grad * rotate(x)`` summed to r1's / r2's (broadcast) shape; all in
+    x's dtype (meta: dx like self, dr1/dr2 like cosine/sine in the embedding's dtype)."""
+    g, xf = grad.float(), self.float()
+    dx = g * r1.float() + _rotate_transposed(g * r2.float(), rotary_mode)
+    dr1 = _sum_to(g * xf, r1.shape)
+    dr2 = _sum_to(g * _rotate(xf, rotary_mode), r2.shape)
+    return dx.to(self.dtype), dr1.to(self.dtype), dr2.to(self.dtype)
 
-    Atlas A2/A3 limits: layout BSND (4-D) or TND (3-D), ``'half'`` only, D in {64, 128},
-    cos/sin ``(B, S, 1, D)`` (TND: ``(T, 1, D)``), one dtype for all four; no backward.
-    """
+
+def _check_apply(query, key, cos, sin, layout, rotary_mode):
     op = "npu_apply_rotary_pos_emb"
     refuse_autograd(op, query, key, cos, sin)
     check_dtypes(op, FLOATS, query=query, key=key, cos=cos, sin=sin)
@@ -95,6 +132,24 @@ def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='h
             tuple(t.shape) == rope_shape, op,
             f"{name} must have shape {rope_shape} ({layout[:-2]}1D), got {tuple(t.shape)}",
         )
+
+
+def _apply_fake(query, key, cos, sin, layout='BSND', rotary_mode='half'):
+    """Fresh outputs for tracing: the in-place update is the eager kernel's, not in the schema."""
+    _check_apply(query, key, cos, sin, layout, rotary_mode)
+    return torch.empty_like(query), torch.empty_like(key)
+
+
+@npu_op(fake=_apply_fake)
+def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='half'):
+    """RoPE on query and key in one call, updating both IN PLACE and returning them.
+
+    Atlas A2/A3 limits: layout BSND (4-D) or TND (3-D), ``'half'`` only, D in {64, 128},
+    cos/sin ``(B, S, 1, D)`` (TND: ``(T, 1, D)``), one dtype for all four; no backward (facts §2.4).
+    The schema declares no mutation (``-> (Tensor, Tensor)``), as in torch_npu: traced graphs see
+    two new outputs, eager code sees its query and key changed.
+    """
+    _check_apply(query, key, cos, sin, layout, rotary_mode)
     c, s = cos.float(), sin.float()
     for t in (query, key):
         tf = t.float()

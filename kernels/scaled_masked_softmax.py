@@ -11,12 +11,22 @@ import torch
 
 from npu_migrate.kernels._checks import check_dtypes, dtype_name, require
 from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import npu_op
+from npu_migrate.kernels.registry import Derivative, npu_op
 
 _MASKED_LOGIT = -10000.0
 
 
-@npu_op
+def _save(ctx, args, y):
+    ctx.save_for_backward(y, args["mask"])
+    ctx.args = (args["scale"], args["fixed_triu_mask"])
+
+
+def _grads(ctx, y_grad):
+    y, mask = ctx.saved_tensors
+    return {"x": torch.ops.npu.npu_scaled_masked_softmax_backward(y_grad, y, mask, *ctx.args)}
+
+
+@npu_op(derivative=Derivative(_save, _grads))
 def npu_scaled_masked_softmax(x, mask, scale=1, fixed_triu_mask=False):
     op = "npu_scaled_masked_softmax"
     check_dtypes(op, FLOATS, x=x)
@@ -36,3 +46,13 @@ def npu_scaled_masked_softmax(x, mask, scale=1, fixed_triu_mask=False):
     require(broadcasts, op, f"mask shape {tuple(mask.shape)} must broadcast to x shape {tuple(x.shape)}")
     logits = (x.float() * float(scale)).masked_fill(mask, _MASKED_LOGIT)
     return torch.softmax(logits, dim=-1).to(x.dtype)
+
+
+@npu_op
+def npu_scaled_masked_softmax_backward(y_grad, y, mask, scale, fixed_triu_mask):
+    """``dx = scale * y * (dy - sum(dy * y))`` over the last dim, 0 where the mask replaced the logit."""
+    op = "npu_scaled_masked_softmax_backward"
+    require(fixed_triu_mask is False, op, "fixed_triu_mask is a reserved parameter; only False is supported")
+    yf, g = y.float(), y_grad.float()
+    dx = float(scale) * yf * (g - (g * yf).sum(-1, keepdim=True))
+    return dx.masked_fill(mask, 0.0).to(y.dtype)

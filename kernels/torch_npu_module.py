@@ -1,8 +1,10 @@
 """The fake ``torch_npu`` package that the emulator puts in ``sys.modules``.
 
-It exposes every op registered with ``@npu_op`` (looked up on first use, so activating the
-emulator does not import the kernels), ``torch_npu.npu`` (the same object as ``torch.npu``),
-``torch_npu.optim`` (forwards to ``kernels.optim``, imported on first use) and a no-op
+It exposes every op registered with ``@npu_op`` as the dispatcher op ``torch.ops.npu.<name>``
+(``kernels.dispatcher`` defines them when the package is built, once per process), like the real
+package, so calls to ``torch_npu.npu_x(...)`` are single ops to the dispatcher, FakeTensor tracing
+and ``torch.compile``; ``torch_npu.npu`` (the same object as ``torch.npu``), ``torch_npu.optim``
+(forwards to ``kernels.optim``, imported on first use) and a no-op
 ``torch_npu.contrib.transfer_to_npu``.
 """
 
@@ -23,22 +25,22 @@ LAZY_SUBMODULES = {"torch_npu.optim": "npu_migrate.kernels.optim"}
 
 
 class TorchNpuModule(types.ModuleType):
-    """``torch_npu``: ops resolve through ``kernels.registry`` when first asked for."""
+    """``torch_npu``: the ops are attributes (``torch.ops.npu.<name>``); other names say they are not emulated."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        from npu_migrate.kernels.registry import load_all
-
-        ops = load_all()
-        if name in ops:
-            return ops[name]
         raise AttributeError(f"torch_npu.{name} is not emulated by kernels (the emulated NPU)")
 
-    def __dir__(self) -> List[str]:
-        from npu_migrate.kernels.registry import load_all
 
-        return sorted(set(vars(self)) | set(load_all()))
+def _ops() -> Dict[str, Any]:
+    """name -> ``torch.ops.npu.<name>`` for every emulated op (registering them once)."""
+    from npu_migrate.kernels import dispatcher
+    from npu_migrate.kernels.registry import load_all
+
+    if not dispatcher.register():
+        raise RuntimeError("a real torch_npu is importable; the emulated ops are not registered over it")
+    return {name: dispatcher.op(name) for name in load_all()}
 
 
 class _LazyModule(types.ModuleType):
@@ -70,6 +72,8 @@ def build(npu_module: types.ModuleType) -> Dict[str, types.ModuleType]:
     torch_npu.__version__ = __version__
     torch_npu.emulated = True
     torch_npu.npu = npu_module
+    for name, op in _ops().items():
+        setattr(torch_npu, name, op)
     contrib = _package("torch_npu.contrib", "Emulated torch_npu.contrib.")
     transfer = types.ModuleType(
         "torch_npu.contrib.transfer_to_npu",

@@ -57,6 +57,28 @@ def reference(q, k, v, *, scale, mask=None, pse=None, pse_scaled=True, dead_rows
     return p @ v
 
 
+def softmax_stats(q, k, *, scale, mask=None):
+    """The row max and row sum the kernel returns (torch_npu's TND test golden: ``x_max = max(qk *
+    scale, -1)``, ``x_sum = sum(exp(qk * scale - x_max), -1)``), over the keys a row attends; float64
+    [B, Nq, Sq]."""
+    g = q.shape[1] // k.shape[1]
+    s = scale * (q.double() @ k.double().repeat_interleave(g, 1).transpose(-1, -2))
+    if mask is not None:
+        s = s.masked_fill(mask.bool().expand(s.shape), -math.inf)
+    row_max = s.amax(-1, keepdim=True)
+    return row_max[..., 0], (s - row_max).exp().sum(-1)
+
+
+def tnd(xs):
+    """Per-sequence BNSD tensors [1, N, S_i, D] packed as one TND tensor [sum S_i, N, D]."""
+    return torch.cat([x[0].transpose(0, 1) for x in xs])
+
+
+def cumulative(lengths):
+    """Per-batch lengths as the kernel's ``actual_seq_qlen``: cumulative, no leading 0."""
+    return [int(c) for c in torch.tensor(lengths).cumsum(0)]
+
+
 def band(sq, skv, pre, nxt, bottom_right=False):
     """The doc's band: masked = triu(ones, n+1) + tril(ones, -p-1), shifted by Skv-Sq if anchored bottom-right."""
     shift = skv - sq if bottom_right else 0

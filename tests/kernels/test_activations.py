@@ -6,6 +6,7 @@ import torch.nn.functional as F
 import npu_migrate.kernels.activations as act
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.activations import fast_gelu, npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
+from tests.kernels import golden
 from tests.kernels.tolerances import DTYPES, assert_close
 
 
@@ -60,6 +61,34 @@ def test_swiglu_gradients_match_reference():
 def test_swiglu_constraints(x, message):
     with pytest.raises(NpuOpError, match=message):
         npu_swiglu(x)
+
+
+@pytest.mark.parametrize("x", [
+    torch.randn(8, 4).t(),                 # transposed
+    torch.randn(4, 16)[:, ::2],            # strided
+    torch.randn(2, 3, 8).permute(1, 0, 2),
+], ids=["transposed", "strided", "permuted"])
+def test_swiglu_refuses_non_contiguous_input(x):
+    assert not x.is_contiguous()
+    with pytest.raises(NpuOpError, match="must be contiguous"):
+        npu_swiglu(x)
+    torch.testing.assert_close(npu_swiglu(x.contiguous()), golden.swiglu(x))
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0), (2, 0, 6)])
+def test_swiglu_refuses_empty_input(shape):
+    with pytest.raises(NpuOpError, match="must not be empty"):
+        npu_swiglu(torch.randn(shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [-1, 0, 1, 3])
+def test_swiglu_matches_golden(dtype, dim):
+    """The doc example's shape [2, 32, 6, 6], split along each dim."""
+    x = torch.randn(2, 32, 6, 6).to(dtype)
+    out = npu_swiglu(x, dim=dim)
+    assert out.dtype == dtype and out.shape[dim] == x.shape[dim] // 2
+    assert_close(out, golden.swiglu(x, dim))
 
 
 def tanh_gelu(x):

@@ -93,7 +93,8 @@ def test_sparse_modes(mode, sq, skv):
     }[mode]
     out = npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=atten_mask, scale=SCALE, sparse_mode=mode,
                                pre_tockens=pre, next_tockens=nxt)[0]
-    close(out, reference(q, k, v, scale=SCALE, mask=expected))
+    # rightDownCausal applies the kernel's invalid-row correction by itself (Sq > Skv leaves rows without keys)
+    close(out, reference(q, k, v, scale=SCALE, mask=expected, dead_rows="zero" if mode == 3 else "mean"))
 
 
 def test_right_down_causal_differs_from_left_up_when_sq_lt_skv():
@@ -124,36 +125,27 @@ def test_pse_is_added_before_the_scale(shape):
     close(out, reference(q, k, v, scale=SCALE, mask=mask, pse=pse, pse_scaled=True))
 
 
-def test_varlen_tnd_with_empty_sequence():
-    q_lens, kv_lens = [5, 0, 17, 9], [7, 0, 20, 3]
-    gen = torch.Generator().manual_seed(5)
-    qs = [torch.randn(1, NQ, n, D, generator=gen) for n in q_lens]
-    ks = [torch.randn(1, NKV, n, D, generator=gen) for n in kv_lens]
-    vs = [torch.randn(1, NKV, n, D, generator=gen) for n in kv_lens]
-    tnd = lambda xs: torch.cat([x[0].transpose(0, 1) for x in xs])  # noqa: E731
-    cum = lambda ns: list(torch.tensor(ns).cumsum(0).tolist())  # noqa: E731
-    out, smax, ssum, sout, *_ = npu_fusion_attention(
-        tnd(qs), tnd(ks), tnd(vs), NQ, "TND", atten_mask=compressed(), sparse_mode=3, scale=SCALE,
-        actual_seq_qlen=cum(q_lens), actual_seq_kvlen=cum(kv_lens))
-    refs = [reference(qq, kk, vv, scale=SCALE, mask=band(qq.shape[2], kk.shape[2], INT_MAX, 0, True))
-            for qq, kk, vv in zip(qs, ks, vs) if qq.shape[2]]
-    close(out, tnd(refs))
-    assert smax.shape == ssum.shape == (sum(q_lens), NQ, 8) and smax.dtype == torch.float32
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_upstream_bsh_case(dtype):
+    """torch_npu's BSH test: [1, 32, 128, 128] (BNSD) passed as BSH, head_num 32, scale 0.08838."""
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(1, 32, 128, 128, generator=gen).to(dtype) for _ in range(3))
+    out = npu_fusion_attention(to_layout(q, "BSH"), to_layout(k, "BSH"), to_layout(v, "BSH"), 32, "BSH", scale=0.08838)[0]
+    assert out.shape == (1, 128, 32 * 128) and out.dtype == dtype
+    close(from_layout(out, "BSH", 32), reference(q, k, v, scale=0.08838), dtype)
 
 
-def test_varlen_tnd_mask_is_applied_top_left_per_sequence():
-    q_lens, kv_lens = [6, 11], [9, 4]
-    gen = torch.Generator().manual_seed(6)
-    qs = [torch.randn(1, NQ, n, D, generator=gen) for n in q_lens]
-    ks = [torch.randn(1, NKV, n, D, generator=gen) for n in kv_lens]
-    vs = [torch.randn(1, NKV, n, D, generator=gen) for n in kv_lens]
-    mask = torch.rand(11, 9, generator=gen) < 0.3
-    mask[:, 0] = False  # varlen masks may not mask a whole row
-    tnd = lambda xs: torch.cat([x[0].transpose(0, 1) for x in xs])  # noqa: E731
-    out = npu_fusion_attention(tnd(qs), tnd(ks), tnd(vs), NQ, "TND", atten_mask=mask, scale=SCALE,
-                               actual_seq_qlen=[6, 17], actual_seq_kvlen=[9, 13])[0]
-    refs = [reference(qq, kk, vv, scale=SCALE, mask=mask[:qq.shape[2], :kk.shape[2]]) for qq, kk, vv in zip(qs, ks, vs)]
-    close(out, tnd(refs))
+def test_sparse_mode_three_zeroes_rows_without_keys_but_mode_zero_gives_mean():
+    """Sq > Skv with rightDownCausal: the first Sq - Skv rows see no key. The kernel's invalid-row
+    handling (auto-enabled for sparse_mode 3) gives 0 there; a full mask with a masked row under
+    sparse_mode 0 keeps the large-negative fill's mean of V unless inner_precise=2."""
+    q, k, v = qkv(sq=SKV, skv=SQ)
+    out = npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=compressed(), sparse_mode=3, scale=SCALE)[0]
+    assert out[:, :, :SKV - SQ].abs().max() == 0 and out[:, :, SKV - SQ:].abs().min() > 0
+    explicit = band(SKV, SQ, INT_MAX, 0, True)
+    mode0 = npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=explicit, scale=SCALE)[0]
+    close(mode0, reference(q, k, v, scale=SCALE, mask=explicit, dead_rows="mean"))
+    close(out, reference(q, k, v, scale=SCALE, mask=explicit, dead_rows="zero"))
 
 
 def test_inner_precise_two_zeroes_fully_masked_rows():
@@ -252,20 +244,6 @@ def test_gradients_with_fully_masked_rows(inner_precise, dead_rows):
     _check_grads(out, ref, (q, k, v))
 
 
-def test_gradients_varlen_tnd():
-    gen = torch.Generator().manual_seed(10)
-    q = torch.randn(20, NQ, D, generator=gen, requires_grad=True)
-    k = torch.randn(25, NKV, D, generator=gen, requires_grad=True)
-    v = torch.randn(25, NKV, D, generator=gen, requires_grad=True)
-    out = npu_fusion_attention(q, k, v, NQ, "TND", atten_mask=compressed(), sparse_mode=2, scale=SCALE,
-                               actual_seq_qlen=[12, 20], actual_seq_kvlen=[10, 25])[0]
-    bnsd = lambda t, a, b: t[a:b].transpose(0, 1).unsqueeze(0)  # noqa: E731
-    refs = [reference(bnsd(q, qa, qb), bnsd(k, ka, kb), bnsd(v, ka, kb), scale=SCALE,
-                      mask=band(qb - qa, kb - ka, INT_MAX, 0))[0].transpose(0, 1)
-            for (qa, qb), (ka, kb) in [((0, 12), (0, 10)), ((12, 20), (10, 25))]]
-    _check_grads(out, torch.cat(refs), (q, k, v))
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gradients_keep_the_input_dtype(dtype):
     q, k, v = qkv(dtype, grad=True)
@@ -359,16 +337,3 @@ def test_errors(change, match):
     with pytest.raises(NpuOpError, match=match):
         npu_fusion_attention(q, k, v, change.get("head_num", NQ), change.get("layout", "BNSD"),
                              atten_mask=change.get("mask"), **kwargs)
-
-
-def test_tnd_errors():
-    q = torch.randn(10, NQ, D)
-    with pytest.raises(NpuOpError, match="needs actual_seq_qlen"):
-        npu_fusion_attention(q, q[:, :2], q[:, :2], NQ, "TND")
-    with pytest.raises(NpuOpError, match="must end at the token count 10"):
-        npu_fusion_attention(q, q[:, :2], q[:, :2], NQ, "TND", actual_seq_qlen=[0, 4, 8], actual_seq_kvlen=[4, 8, 10])
-    with pytest.raises(NpuOpError, match="cumulative"):
-        npu_fusion_attention(q, q[:, :2], q[:, :2], NQ, "TND", actual_seq_qlen=[6, 4, 10], actual_seq_kvlen=[4, 8, 10])
-    with pytest.raises(NpuOpError, match="TND takes only"):
-        npu_fusion_attention(q, q[:, :2], q[:, :2], NQ, "TND", actual_seq_qlen=[4, 10], actual_seq_kvlen=[4, 10],
-                             atten_mask=torch.zeros(1, 1, 6, 6, dtype=torch.bool))

@@ -1,65 +1,14 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
-from npu_migrate.kernels.moe import npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing
+from npu_migrate.kernels.moe import npu_moe_finalize_routing, npu_moe_init_routing
+from npu_migrate.kernels.moe_gating import npu_moe_gating_top_k_softmax
+from tests.kernels.test_moe_gating import mixtral_router
 from tests.kernels.tolerances import DTYPES, assert_close
 
 NUM_ROWS, E, K, H = 6, 8, 2, 16
-
-
-def mixtral_router(logits, top_k):
-    """MixtralSparseMoeBlock: softmax in float32, then top-k (renormalisation comes after, separately)."""
-    weights = F.softmax(logits, dim=-1, dtype=torch.float)
-    return torch.topk(weights, top_k, dim=-1)
-
-
-# --- npu_moe_gating_top_k_softmax -----------------------------------------------------------
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gating_matches_router_without_renormalisation(dtype):
-    logits = torch.randn(NUM_ROWS, E).to(dtype)
-    y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(logits, k=K)
-    ref_w, ref_idx = mixtral_router(logits, K)
-    assert y.dtype == dtype and expert_idx.dtype == row_idx.dtype == torch.int32
-    assert y.shape == expert_idx.shape == row_idx.shape == (NUM_ROWS, K)
-    assert_close(y, ref_w.to(dtype))
-    assert torch.equal(expert_idx, ref_idx.int())
-    assert (y.float().sum(-1) < 0.999).all(), "weights must not be renormalised"
-
-
-def test_row_idx_convention():
-    _, _, row_idx = npu_moe_gating_top_k_softmax(torch.randn(3, 4), k=2)
-    assert row_idx.tolist() == [[0, 3], [1, 4], [2, 5]]  # row_idx[i, j] = j * num_rows + i
-
-
-def test_gating_3d_and_finished_rows():
-    logits = torch.randn(2, 3, E)
-    finished = torch.tensor([[False, True, False], [False, False, True]])
-    y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(logits, finished, k=3)
-    ref_w, ref_idx = mixtral_router(logits, 3)
-    torch.testing.assert_close(y, ref_w)
-    assert (expert_idx[finished] == E).all() and torch.equal(expert_idx[~finished], ref_idx[~finished].int())
-    assert row_idx.shape == (2, 3, 3) and row_idx[1, 2, 2].item() == 2 * 6 + 5
-
-
-@pytest.mark.parametrize("x, k, message", [
-    (torch.randn(4, E), 0, "0 < k"),
-    (torch.randn(4, E), E + 1, "0 < k"),
-    (torch.randn(1, 1100), 1025, "1024"),
-    (torch.randn(E), 1, "2-D or 3-D"),
-    (torch.randn(4, E, dtype=torch.float64), 1, "float64"),
-])
-def test_gating_constraints(x, k, message):
-    with pytest.raises(NpuOpError, match=message):
-        npu_moe_gating_top_k_softmax(x, k=k)
-
-
-def test_gating_has_no_backward():
-    with pytest.raises(NpuOpError, match="no backward"):
-        npu_moe_gating_top_k_softmax(torch.randn(4, E, requires_grad=True), k=2)
 
 
 # --- npu_moe_init_routing / npu_moe_finalize_routing ----------------------------------------

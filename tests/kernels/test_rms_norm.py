@@ -3,6 +3,7 @@ import torch
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.rms_norm import npu_add_rms_norm, npu_gemma_rms_norm, npu_rms_norm
+from tests.kernels import golden
 from tests.kernels.tolerances import DTYPES, assert_close
 
 
@@ -52,10 +53,41 @@ def test_epsilon_matters():
     torch.testing.assert_close(npu_rms_norm(x, w, epsilon=1e-5)[0], llama_rms_norm(x, w, eps=1e-5))
 
 
-def test_gamma_dtype_must_equal_x_dtype():
+@pytest.mark.parametrize("shape, x_dtype, gamma_dtype", golden.UPSTREAM_RMS_NORM)
+def test_rms_norm_matches_golden_on_upstream_cases(shape, x_dtype, gamma_dtype):
+    """torch_npu's test_rms_norm / test_rms_norm_mix_dtype: uniform(0, 100) inputs, a float16 x
+    with a float32 gamma included; y comes back in x's dtype, rstd in float32."""
+    gen = torch.Generator().manual_seed(0)
+    x = (100 * torch.rand(shape, generator=gen)).to(x_dtype)
+    gamma = (100 * torch.rand(shape[-1], generator=gen)).to(gamma_dtype)
+    y, rstd = npu_rms_norm(x, gamma)
+    ref_y, ref_rstd = golden.rms_norm(x, gamma)
+    assert y.dtype == x_dtype and rstd.dtype == torch.float32
+    assert_close(y, ref_y)
+    torch.testing.assert_close(rstd, ref_rstd)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_float32_gamma_with_half_x_as_under_amp(dtype):
+    """The AMP case: float32 weight, float16/bfloat16 activations; gradients keep each input's dtype."""
+    x = torch.randn(3, 5, 32).to(dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(32)).requires_grad_()
+    y, rstd = npu_rms_norm(x, w)
+    assert y.dtype == dtype
+    assert_close(y, golden.rms_norm(x.detach(), w.detach())[0])
+    y.float().sum().backward()
+    assert x.grad.dtype == dtype and w.grad.dtype == torch.float32
+
+
+def test_gamma_dtype_rules():
     x, w = inputs(torch.bfloat16)
-    with pytest.raises(NpuOpError, match="gamma dtype float32 must equal x dtype bfloat16"):
-        npu_rms_norm(x, w.float())  # HF keeps an fp32 weight with bf16 activations
+    with pytest.raises(NpuOpError, match="gamma dtype float16 must equal x dtype bfloat16"):
+        npu_rms_norm(x, w.half())
+    with pytest.raises(NpuOpError, match="gamma dtype bfloat16 must equal x dtype float32"):
+        npu_rms_norm(x.float(), w)  # a half gamma with float32 x is not the mixed case
+    for op in (npu_gemma_rms_norm, lambda x, w: npu_add_rms_norm(x, x, w)):
+        with pytest.raises(NpuOpError, match="gamma dtype float32 must equal x dtype bfloat16 \\(cast"):
+            op(x, w.float())  # only npu_rms_norm documents the mixed case
 
 
 @pytest.mark.parametrize("x, gamma, message", [

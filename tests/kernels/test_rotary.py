@@ -3,6 +3,7 @@ import torch
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.rotary import npu_apply_rotary_pos_emb, npu_rotary_mul
+from tests.kernels import golden
 from tests.kernels.tolerances import DTYPES, assert_close
 
 B, N, S, D = 2, 3, 5, 64
@@ -117,6 +118,31 @@ def test_constraint_errors(make, message):
         npu_rotary_mul(x, r, r)
 
 
+def uniform(shape, dtype, seed):
+    """torch.rand inputs as the upstream tests draw them (cos/sin in [0, 1) too)."""
+    return torch.rand(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("mode, x_shape, r_shape", [("half", *c) for c in golden.UPSTREAM_ROTARY_HALF]
+                         + [("interleave", *c) for c in golden.UPSTREAM_ROTARY_INTERLEAVE])
+def test_rotary_mul_matches_golden_on_upstream_shapes(mode, x_shape, r_shape, dtype):
+    """torch_npu's test_rotary_mul / test_rotary_mul_mode shapes: BSND with 1S1D, SBND with S11D and
+    SB1D in half mode; 1S1D and 11SD in interleave mode."""
+    x, r1, r2 = uniform(x_shape, dtype, 0), uniform(r_shape, dtype, 1), uniform(r_shape, dtype, 2)
+    out = npu_rotary_mul(x, r1, r2, mode)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert_close(out, golden.rotary_mul(x.float(), r1.float(), r2.float(), mode).to(dtype))
+
+
+def test_rotary_mul_is_four_dimensional_only():
+    """Every torch_npu page for npu_rotary_mul asks for 4-D input, r1 and r2; 3-D (TND) rotary is
+    npu_apply_rotary_pos_emb's (tested below)."""
+    x, r = rand(S, N, D), rand(S, 1, D)
+    with pytest.raises(NpuOpError, match="must be 4-D"):
+        npu_rotary_mul(x, r, r)
+
+
 def test_interleave_refuses_per_batch_cos():
     x, r = rand(B, N, S, D), rand(B, 1, S, D)  # B1SD is a 'half'-only layout
     npu_rotary_mul(x, r, r, "half")
@@ -171,3 +197,13 @@ def test_apply_rotary_pos_emb_dtype_and_autograd():
         npu_apply_rotary_pos_emb(q, k, c, c)  # float32 cos/sin with bf16 q/k
     with pytest.raises(NpuOpError, match="no backward"):
         npu_apply_rotary_pos_emb(q.float().requires_grad_(), k.float(), c, c)
+
+
+def test_apply_rotary_pos_emb_matches_golden_on_the_upstream_case():
+    """torch_npu's test: BSND q and k [4, 1024, 16, 128], cos/sin [4, 1024, 1, 128], float16 uniform(0, 1)."""
+    q, k = uniform((4, 1024, 16, 128), torch.float16, 3), uniform((4, 1024, 16, 128), torch.float16, 4)
+    cos, sin = uniform((4, 1024, 1, 128), torch.float16, 5), uniform((4, 1024, 1, 128), torch.float16, 6)
+    want = [golden.rotary_mul(t.float(), cos.float(), sin.float()).half() for t in (q, k)]
+    npu_apply_rotary_pos_emb(q, k, cos, sin)
+    assert_close(q, want[0])
+    assert_close(k, want[1])
