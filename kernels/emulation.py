@@ -117,6 +117,16 @@ def _backing_device(backing: str | torch.device) -> torch.device:
     return REAL_DEVICE(device.type)
 
 
+def _forget_dynamo_table() -> None:
+    """Dynamo files torch's functions by identity in a table it builds once, on first use: built
+    while torch.ones & co. are patched, it would never again know the real ones (a later
+    ``torch.compile`` outside the emulation breaks its graph on them), and the reverse. It is
+    dropped whenever the patches change, so that it is rebuilt from the torch then in place."""
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is not None:
+        trace_rules.get_torch_obj_rule_map.cache_clear()
+
+
 def _start(name: str, backing: torch.device, build) -> bool:
     global _session
     with _lock:
@@ -130,6 +140,7 @@ def _start(name: str, backing: torch.device, build) -> bool:
             return True
         patches = PatchSet(build(backing))
         patches.apply()
+        _forget_dynamo_table()
         _session = _Session(name, backing, patches)
         return True
 
@@ -166,6 +177,7 @@ def deactivate() -> None:
         if _session.depth == 0:
             session, _session = _session, None
             session.patches.restore()
+            _forget_dynamo_table()
 
 
 def is_emulated(device: str = "npu") -> bool:
