@@ -64,6 +64,8 @@ FUNCTIONS: Dict[str, Spec] = {
     "torch.nn.functional.rms_norm": ("rms_norm", ("input", "normalized_shape", "weight", "eps")),
     "torch.rms_norm": ("rms_norm", ("input", "normalized_shape", "weight", "eps")),
     "torch.nn.functional.linear": ("linear", ("input", "weight", "bias")),
+    "torch.unflatten": ("unflatten", ("input", "dim", "sizes")),
+    "torch.unbind": ("unbind", ("input", "dim")),
     "torch.nn.functional.scaled_dot_product_attention": (
         "sdpa", ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")),
 }
