@@ -20,14 +20,13 @@ in another module, and regions that would not be sound.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.guarded import guarded_expression, region
-from npu_migrate.migrate.rules._regions import Slice, enclosing_block, operand_code, slice_of, statement_of
+from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._regions import statement_of
 from npu_migrate.migrate.rules._rotary_match import COMPLEX, FULL, Rope, ropes, unmatched
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
@@ -42,31 +41,6 @@ NOTE = "npu-migrate NPU310: fused rotary embedding where npu_glue proves it exac
 ROTARY_NAMES = ("cat", "concat", "concatenate", "stack", "view_as_real", "view_as_complex")
 ROTARY_APIS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.view_as_real",
                "torch.view_as_complex")
-CHEAP_METHODS = {"unsqueeze", "squeeze", "transpose", "permute", "view", "expand", "expand_as", "unflatten"}
-
-
-def cheap(node: cst.CSTNode, index: bool = False) -> bool:
-    """An expression that is a view of names (evaluating it twice costs nothing and does nothing):
-    names, attributes, constant subscripts and slices, view methods. Subscripts by a name are not
-    (``cos[position_ids]`` gathers)."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.Ellipsis, cst.SimpleString)):
-        return True
-    if isinstance(node, cst.Name):
-        return not index or node.value == "None"
-    if isinstance(node, cst.Attribute):
-        return cheap(node.value)
-    if isinstance(node, cst.UnaryOperation):
-        return cheap(node.expression, index)
-    if isinstance(node, cst.BinaryOperation):
-        return not index and cheap(node.left) and cheap(node.right)
-    if isinstance(node, cst.Subscript):
-        return cheap(node.value) and all(
-            cheap(e.slice.value, index=True) if isinstance(e.slice, cst.Index)
-            else all(b is None or cheap(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in CHEAP_METHODS:
-        return cheap(node.func.value) and all(not a.star and cheap(a.value) for a in node.args)
-    return False
-
 
 class Rotary(Rule):
     code = FUSED
@@ -122,73 +96,22 @@ class Rotary(Rule):
 
     # -- a match --------------------------------------------------------------------------------
     def _site(self, rope: Rope, view) -> None:
-        parents = self.ctx.tree.parents()
         operands = [rope.x, rope.cos] + ([rope.sin] if rope.sin is not None else [])
-        piece = slice_of(view, rope.out, operands, parents)
-        whole = self._whole_value(rope.out.node, parents)
-        attempts = []
-        if not isinstance(piece, str) and piece.end - piece.start > 1 and whole is not None:
-            attempts.append(piece)  # the rotation has statements of its own: a region moves them
-        at_root = self._at_root(view, rope.out.node, parents)
-        if at_root is not None:
-            attempts.append(at_root)
-        why = piece if isinstance(piece, str) else None
-        for where in attempts:
-            texts = self._operands(rope, where)
-            if isinstance(texts, str):
-                why = texts
-                continue
-            guard, fused, message = self._calls(rope, *texts)
-            if where is not at_root:
-                outcome = self._region(rope, view, where, whole, guard, fused, message)
-                if outcome is None:
-                    return
-                why = outcome
-                continue
-            parenthesize = whole is None
-            edit = guarded_expression(rope.out.node, guard, fused, parenthesize=parenthesize)
-            self.rewrite(rope.out.node, message, target=TARGET, api=self._record(rope), edits=[edit], helpers=[HELPER])
-            return
-        self._report(rope.out.node, "operands", self._operands_message(rope, why))
+        why = emit(self, view, rope.out, operands, lambda piece: self._write(rope, piece), note=NOTE, target=TARGET,
+                   api=self._record(rope), helpers=[HELPER])
+        if why is not None:
+            self._report(rope.out.node, "operands", self._operands_message(rope, why))
 
-    def _at_root(self, view, node: cst.CSTNode, parents) -> Optional[Slice]:
-        block, index = enclosing_block(node, parents)
-        return Slice(view, block, index, index + 1, ()) if block is not None else None
-
-    @staticmethod
-    def _whole_value(node: cst.CSTNode, parents) -> Optional[str]:
-        """'assign' (``name = <node>``), 'return' (``return <node>``), or None inside a larger expression."""
-        parent = parents.get(id(node))
-        if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1 \
-                and isinstance(parent.targets[0].target, cst.Name):
-            return "assign"
-        if isinstance(parent, cst.AnnAssign) and parent.value is node and isinstance(parent.target, cst.Name):
-            return "assign"
-        if isinstance(parent, cst.Return) and parent.value is node:
-            return "return"
-        return None
-
-    def _operands(self, rope: Rope, piece: Slice) -> Union[tuple, str]:
-        """(source for x, cos and sin valid where the guard runs, whether x is given as channel pairs),
-        or why there is none."""
+    def _write(self, rope: Rope, piece):
+        """(guard, fused call, message) with x, cos (and sin) written where the guard runs, or why not."""
         choices = [(rope.x, False)]
         if rope.pairs is not None:
             choices.insert(0, (rope.pairs, True))  # the code's own pairs tensor, when it has a name
         for x, paired in choices:
-            texts = [self._text(piece, value) for value in (x, rope.cos, rope.sin) if value is not None]
+            texts = [operand_text(piece, value) for value in (x, rope.cos, rope.sin) if value is not None]
             if None not in texts:
-                return texts, paired
+                return self._calls(rope, texts, paired)
         return "x, cos and sin must be plain names (the guard reads them twice)"
-
-    @staticmethod
-    def _text(piece: Slice, value) -> Optional[str]:
-        text = operand_code(piece, value)
-        if text is None or text.isidentifier():
-            return text
-        try:
-            return text if cheap(cst.parse_expression(text)) else None
-        except cst.ParserSyntaxError:
-            return None
 
     def _calls(self, rope: Rope, texts: List[str], paired: bool):
         """(guard, fused call, message) as source; ``paired``: x is given as its channel pairs."""
@@ -215,22 +138,6 @@ class Rotary(Rule):
         check = guard.split("(")[0]
         message = f"rotary embedding of {x} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
         return guard, fused, message
-
-    def _region(self, rope: Rope, view, piece: Slice, whole: str, guard: str, fused: str, message: str) -> Optional[str]:
-        parents = self.ctx.tree.parents()
-        statement = parents.get(id(rope.out.node))
-        if whole == "return":
-            fused_statement = f"return {fused}\n"
-        else:
-            target = statement.targets[0].target if isinstance(statement, cst.Assign) else statement.target
-            fused_statement = f"{code(target)} = {fused}\n"
-        _, unit = self.ctx.indentation(piece.block)
-        edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard), [template(fused_statement)],
-                      note=NOTE, hoisted=piece.hoisted, unit=unit, fallthrough=whole == "return", at_entry=True)
-        if isinstance(edit, str):
-            return edit
-        self.rewrite(rope.out.node, message, target=TARGET, api=self._record(rope), edits=[edit], helpers=[HELPER])
-        return None
 
     def _record(self, rope: Rope) -> str:
         return RECORDS[rope.mode if rope.form == FULL else rope.form]

@@ -1,0 +1,125 @@
+"""Emitting a fused rewrite for a match in the dataflow view (shared by the rotary and RMSNorm rules).
+
+A match is a root value (what the fused kernel computes) and its operands. Two forms are tried:
+
+* a guarded region over the statements of the root's block that compute it (``_regions.slice_of``),
+  when there are several and the root is the whole value of ``name = <root>`` or ``return <root>``:
+  ``if <guard>: name = <fused>`` (or ``return <fused>``, a fast path in front of the original
+  statements) ``else: <the original statements>``, so the fused path does not compute what the
+  kernel replaces; ``migrate.guarded.region`` checks that the move is sound;
+* a guarded expression in place of the root, ``(<fused> if <guard> else <root>)``.
+
+The rule writes the guard and the fused call from operand source valid where the guard runs
+(``operand_text``: a name, an attribute chain, or a cheap view of them).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.guarded import guarded_expression, region
+from npu_migrate.migrate.rules._regions import Slice, enclosing_block, operand_code, slice_of
+from npu_migrate.migrate.rules._syntax import code
+
+#: methods that return a view (cheap to evaluate twice, no effects)
+CHEAP_METHODS = {"unsqueeze", "squeeze", "transpose", "permute", "view", "expand", "expand_as", "unflatten"}
+
+Written = Union[Tuple[str, str, str], str]  # (guard, fused call, message) or why not
+
+
+def cheap(node: cst.CSTNode, index: bool = False) -> bool:
+    """An expression that is a view of names (evaluating it twice costs nothing and does nothing):
+    names, attributes, constant subscripts and slices, view methods. Subscripts by a name are not
+    (``cos[position_ids]`` gathers)."""
+    if isinstance(node, (cst.Integer, cst.Float, cst.Ellipsis, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Name):
+        return not index or node.value == "None"
+    if isinstance(node, cst.Attribute):
+        return cheap(node.value)
+    if isinstance(node, cst.UnaryOperation):
+        return cheap(node.expression, index)
+    if isinstance(node, cst.BinaryOperation):
+        return not index and cheap(node.left) and cheap(node.right)
+    if isinstance(node, cst.Subscript):
+        return cheap(node.value) and all(
+            cheap(e.slice.value, index=True) if isinstance(e.slice, cst.Index)
+            else all(b is None or cheap(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
+    if isinstance(node, cst.IfExp):
+        return cheap(node.test) and cheap(node.body) and cheap(node.orelse)
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in CHEAP_METHODS:
+        return cheap(node.func.value) and all(not a.star and cheap(a.value) for a in node.args)
+    return False
+
+
+def operand_text(piece: Slice, value) -> Optional[str]:
+    """Source for ``value`` valid where ``piece``'s guard runs and cheap to evaluate twice, or None."""
+    text = operand_code(piece, value)
+    if text is None or text.isidentifier():
+        return text
+    try:
+        return text if cheap(cst.parse_expression(text)) else None
+    except cst.ParserSyntaxError:
+        return None
+
+
+def whole_value(node: cst.CSTNode, parents) -> Optional[str]:
+    """'assign' (``name = <node>``), 'return' (``return <node>``), or None inside a larger expression."""
+    parent = parents.get(id(node))
+    if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0].target, cst.Name):
+        return "assign"
+    if isinstance(parent, cst.AnnAssign) and parent.value is node and isinstance(parent.target, cst.Name):
+        return "assign"
+    if isinstance(parent, cst.Return) and parent.value is node:
+        return "return"
+    return None
+
+
+def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written], *, note: str, target: str,
+         api: str, imports=(), helpers=()) -> Optional[str]:
+    """Rewrite ``root`` (a value of ``view``) as a guarded fused call; None when done, else why not.
+    ``write(piece)`` gives the guard, the fused call and the finding's message for operands written
+    where ``piece``'s guard runs, or why they cannot be written there."""
+    parents = rule.ctx.tree.parents()
+    piece = slice_of(view, root, operands, parents)
+    whole = whole_value(root.node, parents)
+    attempts = []
+    if not isinstance(piece, str) and piece.end - piece.start > 1 and whole is not None:
+        attempts.append(piece)  # the computation has statements of its own: a region moves them
+    block, index = enclosing_block(root.node, parents)
+    at_root = Slice(view, block, index, index + 1, ()) if block is not None else None
+    if at_root is not None:
+        attempts.append(at_root)
+    why = piece if isinstance(piece, str) else None
+    for where in attempts:
+        written = write(where)
+        if isinstance(written, str):
+            why = why or written
+            continue
+        guard, fused, message = written
+        if where is at_root:
+            edit = guarded_expression(root.node, guard, fused, parenthesize=whole is None)
+        else:
+            edit = _region(rule, view, where, root, whole, guard, fused, note, parents)
+            if isinstance(edit, str):
+                why = edit
+                continue
+        rule.rewrite(root.node, message, target=target, api=api, edits=[edit], imports=imports, helpers=helpers)
+        return None
+    return why or "the computation is not available where a guard could run"
+
+
+def _region(rule, view, piece: Slice, root, whole: str, guard: str, fused: str, note: str, parents):
+    statement = parents.get(id(root.node))
+    if whole == "return":
+        fused_statement = f"return {fused}\n"
+    else:
+        target = statement.targets[0].target if isinstance(statement, cst.Assign) else statement.target
+        fused_statement = f"{code(target)} = {fused}\n"
+    _, unit = rule.ctx.indentation(piece.block)
+    return region(view.func.body, piece.block, piece.start, piece.end, template(guard), [template(fused_statement)],
+                  note=note, hoisted=piece.hoisted, unit=unit, fallthrough=whole == "return", at_entry=True)
