@@ -377,7 +377,8 @@ def complex_rotary_mul(x, freqs_cis):
 
 # -- RMSNorm, SwiGLU, MoE gating --------------------------------------------------------------------
 
-#: F.rms_norm's eps when none is given: the epsilon of its op math type, float32 (not x's dtype).
+#: F.rms_norm's eps when none is given for float16/bfloat16/float32 x: the epsilon of its op math type,
+#: float32 (not x's dtype).
 FLOAT32_EPS = torch.finfo(torch.float32).eps
 
 
@@ -389,11 +390,12 @@ def _no_grad_needed(*tensors):
 _NO_WEIGHT = object()
 
 
-def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2):
-    """``npu_rms_norm(x, weight)`` normalises what the original normalises and returns its dtype:
-    x is a float tensor of 2 to 8 dims; weight (left out when the code has none) is a tensor of x's
-    dtype covering exactly the normalised trailing dims (the last one, unless ``normalized_shape``
-    says more)."""
+def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2, *, mixed_dtype=False):
+    """``npu_rms_norm(x, weight)`` normalises what the original normalises: x is a float tensor of 2 to
+    8 dims; weight (left out when the code has none) covers exactly the normalised trailing dims (the
+    last one, unless ``normalized_shape`` says more) and has x's dtype, or, with ``mixed_dtype=True``,
+    is float32 for a float16/bfloat16 x (the kernel's mixed precision, as under autocast: the site
+    must then use ``rms_norm`` below, which returns the original's dtype)."""
     if not torch.is_tensor(x) or x.dtype not in _FLOATS or not min_dim <= x.dim() <= 8:
         return False
     if normalized_shape is not None:
@@ -404,7 +406,40 @@ def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2):
         shape = tuple(x.shape[-1:])
     if weight is _NO_WEIGHT:
         return True
-    return torch.is_tensor(weight) and weight.dtype == x.dtype and tuple(weight.shape) == shape
+    if not torch.is_tensor(weight) or tuple(weight.shape) != shape:
+        return False
+    mixed = mixed_dtype and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == torch.float32
+    return weight.dtype == x.dtype or mixed
+
+
+def rms_norm(x, weight, epsilon=1e-06, *, dtype=None):
+    """``npu_rms_norm(x, weight, epsilon)[0]`` in the dtype the original code returns: ``dtype``, by
+    default the promotion of x's and weight's (``weight * normed.to(x.dtype)``, as Llama's RMSNorm
+    does: float32 for a bfloat16 x and a float32 weight). Pass ``dtype=x.dtype`` for norms that
+    cast back to the input's dtype (``.type_as(x)``)."""
+    out = torch_npu.npu_rms_norm(x, weight, epsilon=epsilon)[0]
+    dtype = torch.promote_types(x.dtype, weight.dtype) if dtype is None else dtype
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def rms_norm_eps(eps):
+    """The epsilon ``F.rms_norm(x, ..., eps)`` uses: eps, or for None the epsilon of its op math type,
+    which is float32 for float16, bfloat16 and float32 x (torch 2.13: ``torch.finfo(x.dtype).eps`` in
+    its documentation, but its kernels and decomposition compute in float32 and take float32's)."""
+    return FLOAT32_EPS if eps is None else eps
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """``torch.nn.RMSNorm`` whose forward runs ``npu_rms_norm`` where that computes what
+    ``F.rms_norm`` does (same parameters, state dict and result dtype; otherwise the original
+    forward). Migrated code constructs and subclasses it in place of ``torch.nn.RMSNorm``."""
+
+    def forward(self, x):
+        weight = _NO_WEIGHT if self.weight is None else self.weight
+        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True):
+            gamma = x.new_ones(self.normalized_shape) if self.weight is None else self.weight
+            return rms_norm(x, gamma, rms_norm_eps(self.eps), dtype=x.dtype)
+        return super().forward(x)
 
 
 def gemma_rms_norm_fits(x, weight):

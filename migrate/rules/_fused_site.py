@@ -48,6 +48,8 @@ def cheap(node: cst.CSTNode, index: bool = False) -> bool:
         return cheap(node.value) and all(
             cheap(e.slice.value, index=True) if isinstance(e.slice, cst.Index)
             else all(b is None or cheap(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return not index and all(not isinstance(e, cst.StarredElement) and cheap(e.value) for e in node.elements)
     if isinstance(node, cst.IfExp):
         return cheap(node.test) and cheap(node.body) and cheap(node.orelse)
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in CHEAP_METHODS:
@@ -61,9 +63,12 @@ def operand_text(piece: Slice, value) -> Optional[str]:
     if text is None or text.isidentifier():
         return text
     try:
-        return text if cheap(cst.parse_expression(text)) else None
+        node = cst.parse_expression(text)
     except cst.ParserSyntaxError:
         return None
+    if not cheap(node):
+        return None
+    return f"({text})" if isinstance(node, cst.Tuple) and not node.lpar else text
 
 
 def whole_value(node: cst.CSTNode, parents) -> Optional[str]:
@@ -80,15 +85,18 @@ def whole_value(node: cst.CSTNode, parents) -> Optional[str]:
 
 
 def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written], *, note: str, target: str,
-         api: str, imports=(), helpers=()) -> Optional[str]:
+         api: Optional[str], imports=(), helpers=(), fast_path: bool = False, anchor=None) -> Optional[str]:
     """Rewrite ``root`` (a value of ``view``) as a guarded fused call; None when done, else why not.
     ``write(piece)`` gives the guard, the fused call and the finding's message for operands written
-    where ``piece``'s guard runs, or why they cannot be written there."""
+    where ``piece``'s guard runs, or why they cannot be written there. ``fast_path``: a returned root
+    gets ``if <guard>: return <fused>`` in front of its statements even when it has only one.
+    ``anchor``: where the finding points (the root by default)."""
     parents = rule.ctx.tree.parents()
     piece = slice_of(view, root, operands, parents)
     whole = whole_value(root.node, parents)
     attempts = []
-    if not isinstance(piece, str) and piece.end - piece.start > 1 and whole is not None:
+    several = not isinstance(piece, str) and (piece.end - piece.start > 1 or fast_path and whole == "return")
+    if several and whole is not None:
         attempts.append(piece)  # the computation has statements of its own: a region moves them
     block, index = enclosing_block(root.node, parents)
     at_root = Slice(view, block, index, index + 1, ()) if block is not None else None
@@ -108,7 +116,8 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
             if isinstance(edit, str):
                 why = edit
                 continue
-        rule.rewrite(root.node, message, target=target, api=api, edits=[edit], imports=imports, helpers=helpers)
+        rule.rewrite(anchor or root.node, message, target=target, api=api, edits=[edit], imports=imports,
+                     helpers=helpers)
         return None
     return why or "the computation is not available where a guard could run"
 
