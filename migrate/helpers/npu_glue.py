@@ -329,14 +329,19 @@ def _pair_layout(x, cos, sin, mode, paired):
     return x_shape, table_shape, dtype
 
 
-def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False):
+def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=False):
     """True when ``pair_rotary_mul`` computes the pair rotation the original code writes out:
     ``mode`` 'interleave' rotates channels (2i, 2i+1), 'half' channels (i, i + D/2), each pair by
     ``cos[..., i]`` and ``sin[..., i]`` (tables D/2 wide, broadcasting to x without growing it):
     ``(a, b) -> (a * cos - b * sin, b * cos + a * sin)``. ``paired``: x is [..., D/2, 2] (channel
-    pairs on the last dim, the result too). x has 3 or more dims as [..., D]; the result has the
-    dtype the original's products promote to. Leading dims beyond 4 merge into one where the
-    tables repeat over them (torchtune's tiled vision rotary: [b, tiles, s, n, D])."""
+    pairs on the last dim, the result too). ``split`` ('interleave' only): the result holds the
+    rotated even channels, then the rotated odd ones (DeepSeek's
+    ``cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1)``). x has 3 or more dims as [..., D]; the
+    result has the dtype the original's products promote to. Leading dims beyond 4 merge into one
+    where the tables repeat over them (torchtune's tiled vision rotary: [b, tiles, s, n, D])."""
+    if split and (mode != "interleave" or paired):
+        return False
+    mode = "half" if split else mode  # the even/odd channels put side by side turn as halves
     layout = _pair_layout(x, cos, sin, mode, paired)
     if layout is None or torch.compiler.is_compiling():  # under torch.compile the table values are unproven
         return False
@@ -351,13 +356,23 @@ def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False):
     return _wide_tables.get(cos, sin, mode, dtype)[2]
 
 
-def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False):
+def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False):
     """``npu_rotary_mul`` for inputs ``pair_rotary_fits`` accepted, shaped and typed as the original's result."""
+    if split:  # one copy: the even channels, then the odd ones, rotated as halves
+        x, mode = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1), "half"
     x_shape, table_shape, dtype = _pair_layout(x, cos, sin, mode, paired)
     wide_cos, wide_sin, _ = _wide_tables.get(cos, sin, mode, dtype)
     full = x.to(dtype).reshape(x_shape)
     out = rotary_mul(full, wide_cos.reshape(table_shape), wide_sin.reshape(table_shape), mode)
     return out.reshape(x.shape)
+
+
+def rotary_fits_cast(x, dtype, cos, sin, mode="half"):
+    """``rotary_fits`` for x cast to ``dtype`` (code that rotates ``x.float()``), without making the
+    cast: only x's shape and device are read."""
+    if not torch.is_tensor(x) or not isinstance(dtype, torch.dtype):
+        return False
+    return rotary_fits(torch.empty((), dtype=dtype, device=x.device).expand(x.shape), cos, sin, mode)
 
 
 def complex_rotary_fits(x, freqs_cis):

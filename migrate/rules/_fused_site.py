@@ -15,7 +15,7 @@ The rule writes the guard and the fused call from operand source valid where the
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -27,7 +27,7 @@ from npu_migrate.migrate.rules._syntax import code
 #: methods that return a view (cheap to evaluate twice, no effects)
 CHEAP_METHODS = {"unsqueeze", "squeeze", "transpose", "permute", "view", "expand", "expand_as", "unflatten"}
 
-Written = Union[Tuple[str, str, str], str]  # (guard, fused call, message) or why not
+Written = Union[tuple, str]  # (guard, fused call, message[, imports the texts need]) or why not
 
 
 def cheap(node: cst.CSTNode, index: bool = False) -> bool:
@@ -85,18 +85,21 @@ def whole_value(node: cst.CSTNode, parents) -> Optional[str]:
 
 
 def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written], *, note: str, target: str,
-         api: Optional[str], imports=(), helpers=(), fast_path: bool = False, anchor=None) -> Optional[str]:
+         api: Optional[str], imports=(), helpers=(), fast_path: bool = False, anchor=None,
+         taken: Optional[list] = None) -> Optional[str]:
     """Rewrite ``root`` (a value of ``view``) as a guarded fused call; None when done, else why not.
     ``write(piece)`` gives the guard, the fused call and the finding's message for operands written
     where ``piece``'s guard runs, or why they cannot be written there. ``fast_path``: a returned root
     gets ``if <guard>: return <fused>`` in front of its statements even when it has only one.
-    ``anchor``: where the finding points (the root by default)."""
+    ``anchor``: where the finding points (the root by default). ``taken``: the statement ranges
+    (block, start, end) of regions the rule emitted before; a region that would intersect one is not
+    tried (the engine would refuse the second), and a new one is added to the list."""
     parents = rule.ctx.tree.parents()
     piece = slice_of(view, root, operands, parents)
     whole = whole_value(root.node, parents)
     attempts = []
     several = not isinstance(piece, str) and (piece.end - piece.start > 1 or fast_path and whole == "return")
-    if several and whole is not None:
+    if several and whole is not None and not _intersects(piece, taken or ()):
         attempts.append(piece)  # the computation has statements of its own: a region moves them
     block, index = enclosing_block(root.node, parents)
     at_root = Slice(view, block, index, index + 1, ()) if block is not None else None
@@ -108,7 +111,7 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
         if isinstance(written, str):
             why = why or written
             continue
-        guard, fused, message = written
+        guard, fused, message, *needs = written
         if where is at_root:
             edit = guarded_expression(root.node, guard, fused, parenthesize=whole is None)
         else:
@@ -116,10 +119,16 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
             if isinstance(edit, str):
                 why = edit
                 continue
-        rule.rewrite(anchor or root.node, message, target=target, api=api, edits=[edit], imports=imports,
-                     helpers=helpers)
+            if taken is not None:
+                taken.append((where.block, where.start, where.end))
+        rule.rewrite(anchor or root.node, message, target=target, api=api, edits=[edit],
+                     imports=[*imports, *(needs[0] if needs else ())], helpers=helpers)
         return None
     return why or "the computation is not available where a guard could run"
+
+
+def _intersects(piece: Slice, taken) -> bool:
+    return any(block is piece.block and max(start, piece.start) < min(end, piece.end) for block, start, end in taken)
 
 
 def _region(rule, view, piece: Slice, root, whole: str, guard: str, fused: str, note: str, parents):

@@ -147,7 +147,7 @@ def _einsum(value):
 # * ``x[..., ::2]``, ``x[..., 1::2]``, ``pairs[..., 0]``, ``pairs[..., 1]``, ``pairs.unbind(-1)`` → even/odd
 #   (of ``flatten(pairs, -2)``: a guard checks that pairs' last dim is 2)
 # * ``x.reshape(*x.shape[:-1], -1, 2)``, ``x.view(*x.shape[:-1], h, 2)``, ``x.unflatten(-1, (-1, 2))`` → pairs
-# * ``y.reshape(*y.shape[:-2], -1)``, ``y.flatten(-2)`` → flatten(y, -2)
+# * ``y.reshape(*y.shape[:-2], -1)``, ``y.flatten(-2)``, ``stack((-odd, even), -1).reshape_as(x)`` → flatten(y, -2)
 
 
 def peel(value):
@@ -308,6 +308,40 @@ def _shape_prefix(item, drop: int):
         return None
     _, lower, upper, step = parts[0]
     return shape.input if lower is None and step is None and number(upper) == -drop else None
+
+
+@rule
+def _axis(value):
+    """``x.mean(axis=-1)`` (numpy's keyword, which torch accepts) → ``x.mean(dim=-1)``."""
+    if value.op == "mean" and value["axis"] is not None and value["dim"] is None:
+        kw = {k: v for k, v in value.kw.items() if k != "axis"}
+        return _derived(value, "mean", {**kw, "dim": value["axis"]})
+    return value
+
+
+def _stacked_channels_of(stack):
+    """The tensor whose channels ``stack((±a, ±b), -1)`` stacks, or None."""
+    parts = stack["tensors"].items if stack["tensors"] is not None else ()
+    if number(stack["dim"]) != -1 or len(parts) != 2:
+        return None
+    sources = [(p.input if p.op == "neg" else p) for p in parts]
+    if all(s is not None and s.op == "channels" for s in sources) and equal(sources[0].input, sources[1].input):
+        return sources[0].input
+    return None
+
+
+@rule
+def _reshaped_as(value):
+    """``stack((-odd, even), -1).reshape_as(x)`` (RoFormer) → flatten(..., -2): the stacked pairs of
+    x's channels have x's shape with the last dim split in two."""
+    if value.op == "reshape_as" and value.input is not None and value.input.op == "stack":
+        source = _stacked_channels_of(value.input)
+        if source is not None and same_shape(value["other"], source):
+            from npu_migrate.migrate.rules._view import Value
+
+            return _derived(value, "flatten", {"input": value.input,
+                                               "start_dim": Value("const", number=-2, view=value.view)})
+    return value
 
 
 @rule

@@ -137,6 +137,11 @@ def is_core(value: Value) -> bool:
     return _ms_plus_eps(value.input) is not None or mean_square(value.input) is not None
 
 
+def has_eps(core: Value) -> bool:
+    """The core adds something to the mean of squares (``rsqrt(mean(x²) + eps)``)."""
+    return core.op in ("rsqrt", "sqrt") and _ms_plus_eps(core.input) is not None
+
+
 def _operand(squared: Value, scaled: Value) -> Optional[Value]:
     """What is normalised when ``scaled`` is multiplied by the inverse RMS of ``squared``: ``scaled``
     when both are one value; the float32 ``squared`` when it is ``scaled`` cast to float32 (T5)."""

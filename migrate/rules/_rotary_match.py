@@ -42,6 +42,8 @@ class Rope:
     paired: bool = False  # ``out`` is channel pairs [..., D/2, 2]
     rank: Optional[int] = None  # the code reads the last dim as dim 3: x must be 4-D
     pairs: Optional[Value] = None  # x's channel pairs, when the code split x into them (an operand alternative)
+    negated: bool = False  # the rotation has the other sign (NanoChat's cat((x2, -x1))): sin is negated
+    split: bool = False  # pair tables over even/odd channels, written out as halves (DeepSeek)
 
 
 def _two(value: Value, key: str) -> Optional[Tuple[Value, Value]]:
@@ -65,24 +67,38 @@ def _rank(*ranks) -> Optional[int]:
     return 4 if 4 in ranks else None
 
 
-def rotation(value: Value) -> Optional[Tuple[Value, str, Optional[int]]]:
-    """(x, mode, rank) when ``value`` is x rotated: ``cat((-second_half, first_half), -1)`` is
-    'half', ``flatten(stack((-odd, even), -1), -2)`` 'interleave'."""
+def rotation(value: Value) -> Optional[Tuple[Value, str, Optional[int], bool]]:
+    """(x, mode, rank, negated) when ``value`` is x rotated: ``cat((-second_half, first_half), -1)``
+    is 'half', ``flatten(stack((-odd, even), -1), -2)`` 'interleave'; with the other sign
+    (``cat((second_half, -first_half), -1)``) ``negated``."""
     if value.op == "cat":
         parts, dim = _two(value, "tensors"), _last_dim(value)
-        if parts is None or dim is None or parts[0].op != "neg":
-            return None
-        second, first = _channels(parts[0].input, "second_half"), _channels(parts[1], "first_half")
-        if second is not None and first is not None and equal(second.input, first.input):
-            return first.input, HALF, _rank(dim, second.number, first.number)
+        found = _signed(parts, "second_half", "first_half") if dim is not None else None
+        if found is not None:
+            (second, first), negated = found
+            return first.input, HALF, _rank(dim, second.number, first.number), negated
     if value.op == "flatten" and value.input is not None and value.input.op == "stack":
         start, end = number(value["start_dim"]), number(value["end_dim"])
         parts, dim = _two(value.input, "tensors"), _last_dim(value.input, stack=True)
-        if parts is None or dim is None or start not in (-2, 3) or end not in (None, -1) or parts[0].op != "neg":
+        if dim is None or start not in (-2, 3) or end not in (None, -1):
             return None
-        odd, even = _channels(parts[0].input, "odd"), _channels(parts[1], "even")
-        if odd is not None and even is not None and equal(odd.input, even.input):
-            return even.input, INTERLEAVE, _rank(4 if start == 3 else 0, odd.number, even.number)
+        found = _signed(parts, "odd", "even")
+        if found is not None:
+            (odd, even), negated = found
+            return even.input, INTERLEAVE, _rank(4 if start == 3 else 0, odd.number, even.number), negated
+    return None
+
+
+def _signed(parts, moved: str, kept: str):
+    """((moved, kept) channels of one x, negated) for ``(-moved, kept)`` or ``(moved, -kept)``."""
+    if parts is None:
+        return None
+    first, second = parts
+    for negated, a, b in ((False, first.input if first.op == "neg" else None, second),
+                          (True, first, second.input if second.op == "neg" else None)):
+        a, b = _channels(a, moved), _channels(b, kept)
+        if a is not None and b is not None and equal(a.input, b.input):
+            return (a, b), negated
     return None
 
 
@@ -94,15 +110,22 @@ def _products(value: Value) -> List[Tuple[Value, Value]]:
 
 
 def full_form(value: Value) -> Optional[Rope]:
-    """``x * cos + rotate(x) * sin``, sum and products in any order."""
+    """``x * cos + rotate(x) * sin``, sum and products in any order; x and the rotation may be cast
+    alike (``x.float() * cos + rotate_half(x).float() * sin``: a cast commutes with the rotation)."""
     if value.op != "add":
         return None
     for plain, rotated in ((value.input, value["other"]), (value["other"], value.input)):
         for x, cos in _products(plain):
             for turned, sin in _products(rotated):
                 found = rotation(turned)
+                if found is None and turned is not None and turned.op == "cast" and x is not None and x.op == "cast" \
+                        and equal(turned["dtype"], x["dtype"]) and equal(turned["other"], x["other"]):
+                    found = rotation(turned.input)
+                    found = found if found is not None and equal(found[0], x.input) else None
+                    if found is not None:
+                        return Rope(value, x, cos, sin, found[1], FULL, rank=found[2], negated=found[3])
                 if found is not None and equal(found[0], x):
-                    return Rope(value, x, cos, sin, found[1], FULL, rank=found[2])
+                    return Rope(value, x, cos, sin, found[1], FULL, rank=found[2], negated=found[3])
     return None
 
 
@@ -130,28 +153,28 @@ def _sum_of(value: Value, a: Value, c: Value, b: Value, s: Value) -> bool:
 
 def pair_form(value: Value) -> Optional[Rope]:
     """``stack((x0*c - x1*s, x1*c + x0*s), -1)`` over even/odd channels ('interleave', channel pairs
-    out) or ``cat(...)`` of the same over the two halves ('half')."""
+    out), ``cat(...)`` of the same over the two halves ('half') or over even/odd channels
+    ('interleave' written out as halves: DeepSeek's ``split``)."""
     if value.op not in ("stack", "cat"):
         return None
     parts, dim = _two(value, "tensors"), _last_dim(value, stack=value.op == "stack")
     if parts is None or dim is None or parts[0] is None or parts[0].op != "sub":
         return None
-    names = ("even", "odd") if value.op == "stack" else ("first_half", "second_half")
     for first_term, _ in _products(parts[0].input):
-        x0 = _channels(first_term, names[0])
-        if x0 is None:
-            continue
         for second_term, _ in _products(parts[0]["other"]):
-            x1 = _channels(second_term, names[1])
-            if x1 is None or not equal(x0.input, x1.input):
+            x0, x1 = first_term, second_term
+            if x0 is None or x1 is None or x0.op != "channels" or x1.op != "channels" or not equal(x0.input, x1.input):
                 continue
             tables = _difference(parts[0], x0, x1)
             if tables is None or not _sum_of(parts[1], x1, tables[0], x0, tables[1]):
                 continue
-            if value.op == "stack":
+            even_odd = (x0.name, x1.name) == ("even", "odd")
+            if value.op == "stack" and even_odd:
                 return Rope(value, x0.input, *tables, INTERLEAVE, PAIRS, paired=True, rank=_rank(x0.number, x1.number),
                             pairs=x0["pairs"])
-            return Rope(value, x0.input, *tables, HALF, PAIRS, rank=_rank(dim, x0.number, x1.number))
+            if value.op == "cat" and (even_odd or (x0.name, x1.name) == ("first_half", "second_half")):
+                return Rope(value, x0.input, *tables, INTERLEAVE if even_odd else HALF, PAIRS, split=even_odd,
+                            rank=_rank(dim, x0.number, x1.number))
     return None
 
 
@@ -219,7 +242,23 @@ def unmatched(view) -> List[Tuple[Value, str]]:
             found.append((value, "complex"))  # a product with a complex view of x, but not x * freqs_cis
         elif value.op == "add" and _calls_rotation_helper(value):
             found.append((value, "helper"))
+        elif value.op == "add" and _unproven_rotation(value):
+            found.append((value, "rotation"))
     return found
+
+
+def _unproven_rotation(value: Value) -> bool:
+    """``x * cos + r * sin`` where ``r`` concatenates or stacks a negated piece, but is not proven to
+    be x's half or interleaved rotation (halves sliced at ``self.head_size // 2``, another dim)."""
+    for _, rotated in ((value.input, value["other"]), (value["other"], value.input)):
+        for turned, _ in _products(rotated):
+            while turned is not None and turned.op in ("cast", "same", "flatten", "reshape", "reshape_as"):
+                turned = turned.input
+            if turned is not None and turned.op in ("cat", "stack"):
+                parts = _two(turned, "tensors")
+                if parts is not None and any(p is not None and p.op == "neg" for p in parts):
+                    return True
+    return False
 
 
 def _has_complex_factor(value: Optional[Value], depth: int = 0) -> bool:

@@ -31,7 +31,7 @@ from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.rules._fused_site import emit, operand_text
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import interior
-from npu_migrate.migrate.rules._rms_norm_match import GENERIC, Mismatch, Norm, is_core, match
+from npu_migrate.migrate.rules._rms_norm_match import GENERIC, Mismatch, Norm, has_eps, is_core, match
 from npu_migrate.migrate.rules._table import TORCH_NPU
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
@@ -65,6 +65,7 @@ class RmsNorm(Rule):
         super().__init__(ctx)
         self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
         self._mentions: Dict[int, bool] = {}
+        self._regions: list = []  # statement ranges of the regions emitted in this file
 
     # -- the functions of the module ------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -101,7 +102,9 @@ class RmsNorm(Rule):
                 self.report(norm.out.node, f"{kind} in {func.name.value}() not fused: {why}", fallback=PLAN, code=REPORT)
             else:
                 reason = self._reason(core, mismatches)
-                self.report(core.node, f"RMSNorm-like code not fused: {reason}", fallback=PLAN, code=REPORT)
+                if reason is None and not has_eps(core):
+                    continue  # a root mean square that normalises nothing (an energy, a metric)
+                self.report(core.node, f"RMSNorm-like code not fused: {reason or GENERIC}", fallback=PLAN, code=REPORT)
 
     def _functions(self) -> List[cst.FunctionDef]:
         if self._by_name is None:
@@ -145,9 +148,9 @@ class RmsNorm(Rule):
         return norms, cores, mismatches
 
     @staticmethod
-    def _reason(core, mismatches) -> str:
-        """The reason of the largest computation around ``core`` that failed to match."""
-        best, size = GENERIC, 0
+    def _reason(core, mismatches) -> Optional[str]:
+        """The reason of the largest computation around ``core`` that failed to match, if any."""
+        best, size = None, 0
         for root, reason in mismatches:
             values = interior(root, [])
             if any(v is core for v in values) and len(values) > size:
@@ -183,7 +186,7 @@ class RmsNorm(Rule):
             api, message = None, f"{kind} in {func.name.value}() → torch_npu.{op} (guarded)"
         return emit(self, view, norm.out, operands, lambda piece: self._write(norm, piece, message), note=NOTE,
                     target=f"torch_npu.{op}", api=api, imports=[TORCH_NPU], helpers=[HELPER], fast_path=returned,
-                    anchor=func if returned else None)
+                    anchor=func if returned else None, taken=self._regions)
 
     @staticmethod
     def _returns_directly(func: cst.FunctionDef, norm: Norm) -> bool:

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.edits import ImportSpec
 from npu_migrate.migrate.rules._fused_site import emit, operand_text
 from npu_migrate.migrate.rules._regions import statement_of
 from npu_migrate.migrate.rules._rotary_match import COMPLEX, FULL, Rope, ropes, unmatched
@@ -36,7 +37,7 @@ FUSED, REPORTED = "NPU310", "NPU311"
 TARGET = "torch_npu.npu_rotary_mul"
 RECORDS = {"half": "pattern.rotary.half", "interleave": "pattern.rotary.interleave", "pairs": "pattern.rotary.pairs",
            "complex": "pattern.rotary.complex", "operands": "pattern.rotary.operands",
-           "helper": "pattern.rotary.helper"}
+           "helper": "pattern.rotary.helper", "rotation": "pattern.rotary.rotation"}
 NOTE = "npu-migrate NPU310: fused rotary embedding where npu_glue proves it exact, else the original"
 ROTARY_NAMES = ("cat", "concat", "concatenate", "stack", "view_as_real", "view_as_complex")
 ROTARY_APIS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.view_as_real",
@@ -57,6 +58,7 @@ class Rotary(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._mentions: Dict[int, bool] = {}
+        self._regions: list = []  # statement ranges of the regions emitted in this file
         self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
 
     # -- which functions ------------------------------------------------------------------------
@@ -98,7 +100,7 @@ class Rotary(Rule):
     def _site(self, rope: Rope, view) -> None:
         operands = [rope.x, rope.cos] + ([rope.sin] if rope.sin is not None else [])
         why = emit(self, view, rope.out, operands, lambda piece: self._write(rope, piece), note=NOTE, target=TARGET,
-                   api=self._record(rope), helpers=[HELPER])
+                   api=self._record(rope), helpers=[HELPER], taken=self._regions)
         if why is not None:
             self._report(rope.out.node, "operands", self._operands_message(rope, why))
 
@@ -107,26 +109,51 @@ class Rotary(Rule):
         choices = [(rope.x, False)]
         if rope.pairs is not None:
             choices.insert(0, (rope.pairs, True))  # the code's own pairs tensor, when it has a name
+        tables = [operand_text(piece, value) for value in (rope.cos, rope.sin) if value is not None]
         for x, paired in choices:
-            texts = [operand_text(piece, value) for value in (x, rope.cos, rope.sin) if value is not None]
-            if None not in texts:
-                return self._calls(rope, texts, paired)
+            text = operand_text(piece, x)
+            if text is not None and None not in tables:
+                return self._calls(rope, [text, *tables], paired)
+        cast = self._cast(rope, piece)
+        if cast is not None and None not in tables:
+            return self._calls(rope, [f"{cast[0]}.to({cast[1]})", *tables], False, cast)
         return "x, cos and sin must be plain names (the guard reads them twice)"
 
-    def _calls(self, rope: Rope, texts: List[str], paired: bool):
-        """(guard, fused call, message) as source; ``paired``: x is given as its channel pairs."""
+    @staticmethod
+    def _cast(rope: Rope, piece) -> Optional[tuple]:
+        """(x before the cast, the dtype) for a per-channel rotation of ``x.float()``-like operands."""
+        x = rope.x
+        if rope.form != FULL or x.op != "cast" or x.input is None:
+            return None
+        base = operand_text(piece, x.input)
+        dtype, other = x["dtype"], x["other"]
+        if other is not None:
+            target = operand_text(piece, other)
+            dtype_text = f"{target}.dtype" if target is not None else None
+        elif dtype is not None and dtype.op == "name" and (dtype.name or "").startswith("torch."):
+            dtype_text = dtype.name
+        else:
+            dtype_text = operand_text(piece, dtype) if dtype is not None else None
+        return (base, dtype_text) if base is not None and dtype_text is not None else None
+
+    def _calls(self, rope: Rope, texts: List[str], paired: bool, cast: Optional[tuple] = None):
+        """(guard, fused call, message) as source; ``paired``: x is given as its channel pairs;
+        ``cast``: (x, dtype) when x is cast for the rotation (the guard reads x without the cast)."""
         mode = rope.mode
         x = texts[0]
         if rope.form == FULL:
-            call = f'{", ".join(texts)}, "{mode}"'
-            guard, fused = f"{HELPER}.rotary_fits({call})", f"{HELPER}.rotary_mul({call})"
-            how = f"{mode} rotation"
+            sin = f"-{texts[2]}" if rope.negated else texts[2]
+            guard_args = f'{cast[0]}, {cast[1]}, {texts[1]}, {texts[2]}, "{mode}"' if cast else \
+                f'{x}, {texts[1]}, {texts[2]}, "{mode}"'
+            guard = f"{HELPER}.rotary_fits_cast({guard_args})" if cast else f"{HELPER}.rotary_fits({guard_args})"
+            fused = f'{HELPER}.rotary_mul({x}, {texts[1]}, {sin}, "{mode}")'
+            how = f"{mode} rotation" + (", the other sign: sin negated" if rope.negated else "")
         elif rope.form == COMPLEX:
             call = ", ".join(texts)
             guard, fused = f"{HELPER}.complex_rotary_fits({call})", f"{HELPER}.complex_rotary_mul({call})"
             how = f"complex table {texts[1]}, real cos/sin derived once per table"
         else:
-            call = f'{", ".join(texts)}, "{mode}"' + (", paired=True" if paired else "")
+            call = f'{", ".join(texts)}, "{mode}"' + (", paired=True" if paired else "") + (", split=True" if rope.split else "")
             guard, fused = f"{HELPER}.pair_rotary_fits({call})", f"{HELPER}.pair_rotary_mul({call})"
             if rope.paired and not paired:
                 fused += ".unflatten(-1, (-1, 2))"
@@ -136,8 +163,10 @@ class Rotary(Rule):
         if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
             guard += f" and {x}.dim() == {rope.rank + 1 if paired else rope.rank}"
         check = guard.split("(")[0]
-        message = f"rotary embedding of {x} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
-        return guard, fused, message
+        subject = cast[0] if cast else x
+        message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
+        needs = [ImportSpec("torch")] if cast and cast[1].startswith("torch.") else []
+        return guard, fused, message, needs
 
     def _record(self, rope: Rope) -> str:
         return RECORDS[rope.mode if rope.form == FULL else rope.form]
@@ -153,6 +182,9 @@ class Rotary(Rule):
         if kind == "complex":
             message = (f"complex-number rotary embedding `{text}` is not rewritten: not of the form "
                        "view_as_real(view_as_complex(x) * freqs_cis)")
+        elif kind == "rotation":
+            message = (f"rotary embedding `{text}` is not rewritten: its rotation is not proven to be the half or "
+                       "interleaved rotation of x's last dim (halves split at x.shape[-1] // 2, pairs at ::2)")
         else:
             message = (f"rotary embedding `{text}` is not rewritten: its rotation is a function defined in another "
                        "module, which this file does not show")

@@ -155,6 +155,18 @@ class ModuleNorm(nn.Module):
         return self.norm(x)
 
 
+class ImageGPTNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, tensor):
+        tensor = tensor / torch.sqrt(torch.mean(torch.square(tensor), axis=-1, keepdim=True) + self.eps)
+        tensor = tensor * self.weight
+        return tensor
+
+
 class GemmaRMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
         super().__init__()
@@ -171,7 +183,7 @@ class GemmaRMSNorm(nn.Module):
 '''
 
 NORMS = ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm", "ScaleRMSNorm", "PowNorm", "NoWeightNorm", "FunctionalNorm",
-         "LitRMSNorm", "TuneRMSNorm", "ModuleNorm"]
+         "LitRMSNorm", "TuneRMSNorm", "ModuleNorm", "ImageGPTNorm"]
 EQUAL_DTYPES_ONLY = {"T5LayerNorm"}  # its result dtype depends on a branch over the weight's dtype
 NO_WEIGHT = {"NoWeightNorm"}
 

@@ -194,6 +194,44 @@ def rotate_pairs(x):
 def f(x, cos, sin):
     return x * cos + rotate_pairs(x) * sin
 '''
+FLIPPED = '''
+import torch
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((x2, -x1), dim=-1)  # NanoChat: the other sign
+
+
+def f(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+'''
+
+ROFORMER = '''
+import torch
+
+
+def f(x, cos, sin):
+    rotated = torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).reshape_as(x)
+    return x * cos + rotated * sin
+'''
+
+CAST = '''
+import torch
+
+
+def rotate_half(x):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def f(x, cos, sin):
+    original_dtype = x.dtype
+    x_embed = (x.float() * cos) + (rotate_half(x).float() * sin)  # ERNIE/GLM: full precision
+    return x_embed.to(original_dtype)
+'''
 
 
 def angles(rows, dim):
@@ -255,6 +293,8 @@ CASES = {
     "nested-one-line": (NESTED_ONE_LINE, "half", llama_inputs),
     "method-and-staticmethod": (METHODS, "half", llama_inputs),
     "interleave-reshape-unbind": (INTERLEAVE_PAIRS, "interleave", interleaved_inputs),
+    "negated-rotation": (FLIPPED, "half", llama_inputs),
+    "roformer-reshape-as": (ROFORMER, "interleave", interleaved_inputs),
 }
 
 
@@ -370,6 +410,19 @@ def test_interleave_equals_the_complex_form():
     torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_rotation_of_a_cast_x_runs_the_kernel_in_the_cast_dtype(dtype, npu):
+    """``x.float() * cos + rotate_half(x).float() * sin`` with float32 tables: the kernel gets x cast
+    once; the guard reads x's shape without casting it."""
+    x, cos, sin = interleaved_inputs()
+    args = (x.to(dtype), cos, sin)
+    want, got = run(CAST, args), run(migrate(CAST), args)
+    assert npu == ["interleave"] and "rotary_fits_cast(x, torch.float32, cos, sin" in migrate(CAST)
+    assert got.dtype == want.dtype == dtype
+    tol = tolerance("interleave", dtype)
+    torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
+
+
 def test_litgpt_rotation_statements_move_into_the_fallback():
     """The fused path does not compute the rotation: its statements are in the else branch only."""
     migrated = migrate(LITGPT)
@@ -464,6 +517,18 @@ def f(xq, freqs_cis):
 '''
 
 
+DEEPSEEK = '''
+import torch
+
+
+def f(q, cos, sin, unsqueeze_dim=1):
+    cos = cos[..., : cos.shape[-1] // 2].unsqueeze(unsqueeze_dim)
+    sin = sin[..., : sin.shape[-1] // 2].unsqueeze(unsqueeze_dim)
+    q1, q2 = q[..., 0::2], q[..., 1::2]
+    return torch.cat([q1 * cos - q2 * sin, q2 * cos + q1 * sin], dim=-1)
+'''
+
+
 def packed_cache(rows):
     a = angles(rows, D)
     return torch.stack([a.cos(), a.sin()], dim=-1)  # [rows, D // 2, 2]
@@ -480,6 +545,7 @@ TABLE_CASES = {
                                               angles(S, D).sin().to(dt))),
     "mistral-complex-3d": (MISTRAL, lambda dt: (randn(S, N, D).to(dt), randn(S, 1, D, seed=1).to(dt), polar(S))),
     "meta-complex-4d": (META, lambda dt: (randn(B, S, N, D).to(dt), polar(S))),
+    "deepseek-split": (DEEPSEEK, lambda dt: (randn(B, N, S, D).to(dt), *half_tables(B, S))),
 }
 
 
@@ -490,7 +556,7 @@ def test_pair_and_complex_tables_match_the_original(case, dtype, npu):
     args = make_inputs(dtype)
     expected = as_tuple(run(source, args))
     got = as_tuple(run(migrate(source), args))
-    mode = "half" if case.startswith("halves") else "interleave"
+    mode = "half" if case.startswith(("halves", "deepseek")) else "interleave"  # DeepSeek's even|odd output: halves
     assert npu and set(npu) == {mode}, "the fused kernel did not run"
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):
