@@ -15,6 +15,7 @@ The rule writes the guard and the fused call from operand source valid where the
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
@@ -116,6 +117,9 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
             edit = guarded_expression(root.node, guard, fused, parenthesize=whole is None)
         else:
             edit = _region(rule, view, where, root, whole, guard, fused, note, parents)
+            hoisted = _hoistable(view, where, edit) if isinstance(edit, str) else None
+            if hoisted is not None:  # a cheap binding the code reads afterwards: run it before the guard
+                attempts.insert(attempts.index(where) + 1, hoisted)
             if isinstance(edit, str):
                 why = edit
                 continue
@@ -125,6 +129,24 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
                      imports=[*imports, *(needs[0] if needs else ())], helpers=helpers)
         return None
     return why or "the computation is not available where a guard could run"
+
+
+READ_AFTER = re.compile(r"`(\w+)` is read after the region but only the original branch defines it")
+
+
+def _hoistable(view, piece: Slice, problem: str) -> Optional[Slice]:
+    """``piece`` with the statement that binds a name read after the region hoisted before the guard,
+    when that statement is ``name = <cheap expression>`` (``input_dtype = x.dtype``), else None."""
+    found = READ_AFTER.search(problem)
+    if found is None:
+        return None
+    for index in range(piece.start, piece.end - 1):
+        stmt = piece.block.body[index]
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and small.targets[0].target.value == found.group(1) and cheap(small.value) and index not in piece.hoisted:
+            return Slice(view, piece.block, piece.start, piece.end, tuple(sorted((*piece.hoisted, index))))
+    return None
 
 
 def _intersects(piece: Slice, taken) -> bool:

@@ -173,6 +173,9 @@ def _normalised(group: List[Value]) -> Optional[_Part]:
         raise Mismatch("no eps is added to the mean of squares (npu_rms_norm adds its epsilon inside the root)")
     if len(group) == 2:
         for scaled, inv in (group, group[::-1]):
+            if inv.op == "cast" and inv.input is not None and inv.input.op == "rsqrt" and cast_target(inv) is not None \
+                    and equal(cast_target(inv), scaled):
+                inv = inv.input  # x * rsqrt(...).to(x.dtype): the inverse RMS rounded to x's dtype first
             found = inverse_rms(inv)
             operand = _operand(found[0], scaled) if found is not None else None
             if operand is not None:

@@ -275,6 +275,8 @@ def _calls_rotation_helper(value: Value) -> bool:
     for plain, rotated in ((value.input, value["other"]), (value["other"], value.input)):
         for x, _ in _products(plain):
             for turned, _ in _products(rotated):
+                while turned is not None and turned.op == "cast":  # rotate_half(q).float()
+                    turned, x = turned.input, x.input if x is not None and x.op == "cast" else x
                 if turned is not None and turned.op == "call" and turned["arg0"] is not None \
                         and equal(turned["arg0"], x) and _rotation_name(turned["callee"]):
                     return True

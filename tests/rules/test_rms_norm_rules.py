@@ -387,6 +387,49 @@ def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
     assert not calls and after.weight.grad is not None
 
 
+GATED = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNormGated(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states, gate):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        hidden_states = self.weight * hidden_states.to(input_dtype)
+        hidden_states = hidden_states * F.silu(gate.to(torch.float32))
+        return hidden_states.to(input_dtype)
+
+
+class UnweightedRMSNorm(nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+'''
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_norm_before_a_gate_and_an_unweighted_norm(npu, dtype):
+    """The norm of a gated norm is fused (the binding of input_dtype, read afterwards, runs before
+    the guard); DeepSeek's unweighted norm rounds the inverse RMS to x's dtype first."""
+    original, migrated = load(GATED), load(migrate(GATED))
+    before, after = twins(original, migrated, "RMSNormGated", 16, dtype=dtype)
+    x, gate = sample(2, 3, 16, dtype=dtype, seed=9), sample(2, 3, 16, dtype=dtype, seed=10)
+    with counting(npu, "npu_rms_norm") as calls:
+        got, unweighted = after(x, gate), migrated["UnweightedRMSNorm"]()(x)
+    want, unweighted_want = before(x, gate), original["UnweightedRMSNorm"]()(x)
+    assert len(calls) == 2 and got.dtype == want.dtype and unweighted.dtype == unweighted_want.dtype
+    torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_rms_norm", dtype))
+    torch.testing.assert_close(unweighted.float(), unweighted_want.float(), **tolerance("npu_rms_norm", dtype))
+
+
 INLINE = '''
 import torch
 from torch import nn
