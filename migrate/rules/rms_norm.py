@@ -40,8 +40,6 @@ FUSED, REPORT = "NPU320", "NPU321"
 TARGET = "torch_npu.npu_rms_norm"
 MODULE = "torch.nn.RMSNorm"
 NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
-NAMES = {"mean", "rsqrt", "sqrt", "rms_norm"}
-APIS = ["torch.mean", "torch.rsqrt", "torch.sqrt", "torch.nn.functional.rms_norm", "torch.rms_norm"]
 PLAN = Fallback(
     "manual",
     "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
@@ -66,12 +64,13 @@ class RmsNorm(Rule):
         self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
         self._mentions: Dict[int, bool] = {}
         self._regions: list = []  # statement ranges of the regions emitted in this file
+        self._halves: Optional[set] = None
 
     # -- the functions of the module ------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         if self.ctx.is_helper:
             return
-        functions = [f for f in self._functions() if self._may_hold(f, set())]
+        functions = [f for f in self._functions() if self._may_hold(f)]
         found = {id(f): self._analyse(f) for f in functions}
         # helpers read through by a norm (migrated before or now) are not norms of their own
         consumed = {id(helper) for norms, _, _ in found.values() for norm in norms for helper in self._inlined(norm)}
@@ -114,17 +113,32 @@ class RmsNorm(Rule):
                     self._by_name.setdefault(node.name.value, []).append(node)
         return [f for funcs in self._by_name.values() for f in funcs]
 
-    def _may_hold(self, func: cst.FunctionDef, seen: set) -> bool:
-        """Cheap and necessary for a match: the function, or one of this module it may call (and the
-        view inline), names a mean, a root or rms_norm (an import alias too), or holds a 0.5."""
+    def _may_hold(self, func: cst.FunctionDef) -> bool:
+        """Cheap and necessary for a match: the function and the functions of this module it may call
+        (the view inlines them) name a mean and a root (or hold the 0.5 of ``** -0.5``), or name
+        rms_norm; import aliases too."""
         found = self._mentions.get(id(func))
         if found is None:
-            seen.add(id(func))
-            names = self.ctx.tree.names(func)
-            found = bool(names & (NAMES | self.ctx.names.may_denote(APIS))) or any(
-                isinstance(n, cst.Float) and float(n.evaluated_value) == 0.5 for n in self.ctx.tree.subtree(func)
-            ) or any(self._may_hold(f, seen) for name in names for f in self._by_name.get(name, ()) if id(f) not in seen)
-            self._mentions[id(func)] = found
+            if self._halves is None:  # the functions holding a 0.5 literal, found in one walk of the module
+                parents = self.ctx.tree.parents()
+                self._halves = set()
+                for node in self.ctx.tree.subtree(self.ctx.module):
+                    if isinstance(node, cst.Float) and float(node.evaluated_value) == 0.5:
+                        while node is not None:
+                            self._halves.add(id(node))
+                            node = parents.get(id(node))
+            names, seen, stack = set(), set(), [func]
+            while stack:
+                current = stack.pop()
+                if id(current) not in seen:
+                    seen.add(id(current))
+                    own = self.ctx.tree.names(current)
+                    names |= own | ({"0.5"} if id(current) in self._halves else set())
+                    stack.extend(f for name in own for f in self._by_name.get(name, ()))
+            means = {"mean"} | self.ctx.names.may_denote(["torch.mean"])
+            roots = {"rsqrt", "sqrt", "0.5"} | self.ctx.names.may_denote(["torch.rsqrt", "torch.sqrt"])
+            norms = {"rms_norm"} | self.ctx.names.may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
+            found = self._mentions[id(func)] = bool(names & means and names & roots or names & norms)
         return found
 
     def _analyse(self, func: cst.FunctionDef) -> Tuple[List[Norm], List, List]:
