@@ -346,9 +346,152 @@ def rotary_mul(x, cos, sin, mode="half"):
     return torch_npu.npu_rotary_mul(x, cos, sin, mode)
 
 
-# -- RMSNorm ------------------------------------------------------------------------------------------
+# Pair tables: code that keeps one cos and one sin per rotated pair, D/2 wide (torchtune's packed
+# cache, ChatGLM, Meta/Mistral's complex freqs_cis), rather than one per channel as npu_rotary_mul
+# takes them. The per-channel tables are derived once per table tensor and reused while it lives
+# unchanged (its identity, view geometry and version counter: an in-place change derives them
+# again), so a forward pass derives them once, not once per layer, and checks their values once.
 
-#: F.rms_norm's eps when none is given: the epsilon of its op math type, float32 (not x's dtype).
+
+class _WideTables:
+    """Per-channel (cos, sin) tables derived from pair tables, and whether their values lie in
+    [-1, 1]. Holds only weak references to the pair tables; at most ``size`` entries."""
+
+    def __init__(self, size=32):
+        self._entries = {}
+        self._size = size
+
+    def get(self, cos, sin, mode, dtype):
+        if not (_plain(cos) and _plain(sin)) or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+            return _widen(cos, sin, mode, dtype)  # gradients must flow: derived on every call
+        bases = [t if t._base is None else t._base for t in (cos, sin)]
+        key = (mode, dtype, *((id(b), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for b, t in zip(bases, (cos, sin))))
+        versions = (cos._version, sin._version)
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] == versions and all(ref() is b for ref, b in zip(entry[0], bases)):
+            return entry[2]
+        value = _widen(cos, sin, mode, dtype)
+        drop = lambda _ref, key=key: self._entries.pop(key, None)  # noqa: E731
+        self._entries.pop(key, None)
+        self._entries[key] = (tuple(WeakIdRef(b, drop) for b in bases), versions, value)
+        while len(self._entries) > self._size:
+            self._entries.pop(next(iter(self._entries)))
+        return value
+
+
+def _plain(t):
+    """A strided tensor with a version counter (inference tensors and subclasses have none to trust)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_inference()
+
+
+def _widen(cos, sin, mode, dtype):
+    """(cos, sin, values in [-1, 1]) per channel: 'interleave' repeats each pair's value in place
+    ([c0, c0, c1, c1, ...]), 'half' repeats the table ([c0, c1, ..., c0, c1, ...])."""
+    def wide(t):
+        t = t.to(dtype)
+        return t.repeat_interleave(2, dim=-1) if mode == "interleave" else torch.cat((t, t), dim=-1)
+
+    cos, sin = wide(cos), wide(sin)
+    with torch.no_grad():
+        unit = bool(((cos.abs() <= 1).all() & (sin.abs() <= 1).all()).item())
+    return cos, sin, unit
+
+
+_wide_tables = _WideTables()
+
+
+def _pair_layout(x, cos, sin, mode, paired):
+    """(x as [.., D] of 4 dims, per-channel tables shape of 4 dims, result dtype), or None when the
+    shapes or dtypes are not a pair rotation npu_rotary_mul can compute."""
+    if not all(torch.is_tensor(t) for t in (x, cos, sin)) or cos.shape != sin.shape:
+        return None
+    if x.is_complex() or cos.is_complex() or sin.is_complex() or not x.device == cos.device == sin.device:
+        return None
+    dtype = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
+    if dtype not in _FLOATS or (paired and (x.dim() < 2 or x.shape[-1] != 2)):
+        return None
+    shape = (*x.shape[:-2], 2 * x.shape[-2]) if paired else tuple(x.shape)
+    if len(shape) < 3 or math.prod(shape) == 0 or shape[-1] % 2 or shape[-1] >= ROTARY_MAX_HEAD_DIM:
+        return None
+    pairs = (*shape[:-1], shape[-1] // 2)  # one angle per pair: the tables broadcast to this, never beyond it
+    if cos.dim() > len(pairs) or cos.shape[-1] != pairs[-1] or any(
+            c not in (1, p) for c, p in zip(cos.shape[::-1], pairs[::-1])):
+        return None
+    x_shape = (1,) * (4 - len(shape)) + shape
+    table_shape = (1,) * (len(x_shape) - cos.dim()) + (*cos.shape[:-1], shape[-1])
+    while len(x_shape) > 4:  # leading dims the tables repeat over (or share with x) merge into one
+        (a, b, *x_rest), (ta, tb, *t_rest) = x_shape, table_shape
+        if (ta, tb) not in ((1, 1), (a, b)):
+            return None
+        x_shape, table_shape = (a * b, *x_rest), (ta * tb, *t_rest)
+    return x_shape, table_shape, dtype
+
+
+def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=False):
+    """True when ``pair_rotary_mul`` computes the pair rotation the original code writes out:
+    ``mode`` 'interleave' rotates channels (2i, 2i+1), 'half' channels (i, i + D/2), each pair by
+    ``cos[..., i]`` and ``sin[..., i]`` (tables D/2 wide, broadcasting to x without growing it):
+    ``(a, b) -> (a * cos - b * sin, b * cos + a * sin)``. ``paired``: x is [..., D/2, 2] (channel
+    pairs on the last dim, the result too). ``split`` ('interleave' only): the result holds the
+    rotated even channels, then the rotated odd ones (DeepSeek's
+    ``cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1)``). x has 3 or more dims as [..., D]; the
+    result has the dtype the original's products promote to. Leading dims beyond 4 merge into one
+    where the tables repeat over them (torchtune's tiled vision rotary: [b, tiles, s, n, D])."""
+    if split and (mode != "interleave" or paired):
+        return False
+    mode = "half" if split else mode  # the even/odd channels put side by side turn as halves
+    layout = _pair_layout(x, cos, sin, mode, paired)
+    if layout is None or torch.compiler.is_compiling():  # under torch.compile the table values are unproven
+        return False
+    (b0, b1, b2, d), table, dtype = layout
+    x_shape = (b0, b1, b2, d)
+    if mode == "interleave" and b0 > 1 and b1 > 1 and table == (b0, b1, 1, d):  # per-batch BS1D: fold B into S
+        x_shape, table = (1, b0 * b1, b2, d), (1, b0 * b1, 1, d)
+    grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
+    layouts = [(b, n) for b, n, shapes in _layouts(x_shape, mode) if table in shapes]
+    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
+        return False
+    return _wide_tables.get(cos, sin, mode, dtype)[2]
+
+
+def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False):
+    """``npu_rotary_mul`` for inputs ``pair_rotary_fits`` accepted, shaped and typed as the original's result."""
+    if split:  # one copy: the even channels, then the odd ones, rotated as halves
+        x, mode = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1), "half"
+    x_shape, table_shape, dtype = _pair_layout(x, cos, sin, mode, paired)
+    wide_cos, wide_sin, _ = _wide_tables.get(cos, sin, mode, dtype)
+    full = x.to(dtype).reshape(x_shape)
+    out = rotary_mul(full, wide_cos.reshape(table_shape), wide_sin.reshape(table_shape), mode)
+    return out.reshape(x.shape)
+
+
+def rotary_fits_cast(x, dtype, cos, sin, mode="half"):
+    """``rotary_fits`` for x cast to ``dtype`` (code that rotates ``x.float()``), without making the
+    cast: only x's shape and device are read."""
+    if not torch.is_tensor(x) or not isinstance(dtype, torch.dtype):
+        return False
+    return rotary_fits(torch.empty((), dtype=dtype, device=x.device).expand(x.shape), cos, sin, mode)
+
+
+def complex_rotary_fits(x, freqs_cis):
+    """True when ``complex_rotary_mul(x, freqs_cis)`` computes ``torch.view_as_real(x * freqs_cis)``:
+    x (channel pairs as complex numbers, [..., D/2]) and freqs_cis (unit complex numbers,
+    ``torch.polar(ones, angles)``) complex64, freqs_cis broadcasting to x without growing it."""
+    if not (torch.is_tensor(x) and torch.is_tensor(freqs_cis) and x.dtype == freqs_cis.dtype == torch.complex64):
+        return False
+    return pair_rotary_fits(torch.view_as_real(x), freqs_cis.real, freqs_cis.imag, "interleave", paired=True)
+
+
+def complex_rotary_mul(x, freqs_cis):
+    """``torch.view_as_real(x * freqs_cis)`` on npu_rotary_mul ('interleave' mode: the complex
+    product rotates each pair of channels), for inputs ``complex_rotary_fits`` accepted."""
+    return pair_rotary_mul(torch.view_as_real(x), freqs_cis.real, freqs_cis.imag, "interleave", paired=True)
+
+
+# -- RMSNorm, SwiGLU, MoE gating --------------------------------------------------------------------
+
+#: F.rms_norm's eps when none is given for float16/bfloat16/float32 x: the epsilon of its op math type,
+#: float32 (not x's dtype).
 FLOAT32_EPS = torch.finfo(torch.float32).eps
 _NO_WEIGHT = object()
 
@@ -388,6 +531,26 @@ def rms_norm(x, weight, epsilon=1e-06, *, dtype=None):
     out = torch_npu.npu_rms_norm(x, weight, epsilon=epsilon)[0]
     dtype = torch.promote_types(x.dtype, weight.dtype) if dtype is None else dtype
     return out if out.dtype == dtype else out.to(dtype)
+
+
+def rms_norm_eps(eps):
+    """The epsilon ``F.rms_norm(x, ..., eps)`` uses: eps, or for None the epsilon of its op math type,
+    which is float32 for float16, bfloat16 and float32 x (torch 2.13: ``torch.finfo(x.dtype).eps`` in
+    its documentation, but its kernels and decomposition compute in float32 and take float32's)."""
+    return FLOAT32_EPS if eps is None else eps
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """``torch.nn.RMSNorm`` whose forward runs ``npu_rms_norm`` where that computes what
+    ``F.rms_norm`` does (same parameters, state dict and result dtype; otherwise the original
+    forward). Migrated code constructs and subclasses it in place of ``torch.nn.RMSNorm``."""
+
+    def forward(self, x):
+        weight = _NO_WEIGHT if self.weight is None else self.weight
+        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True):
+            gamma = x.new_ones(self.normalized_shape) if self.weight is None else self.weight
+            return rms_norm(x, gamma, rms_norm_eps(self.eps), dtype=x.dtype)
+        return super().forward(x)
 
 
 def gemma_rms_norm_fits(x, weight):

@@ -228,14 +228,16 @@ class View:
         if isinstance(target, cst.Name):
             self.env[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
-            names = [e.value for e in target.elements]
-            for index, element in enumerate(names):
-                if isinstance(element, cst.StarredElement):
+            starred = False
+            for index, element in enumerate(target.elements):
+                starred = starred or isinstance(element, cst.StarredElement)
+                if starred:  # `*rest` and what follows it: positions unknown
                     self._opaque_targets(element)
                     continue
-                item = value.items[index] if value.op == "tuple" and index < len(value.items) else \
-                    Value("item", {"input": value}, number=index, view=self)
-                self.bind(element, item)
+                literal = value.op == "tuple" and not any(i.op == "unpack" for i in value.items)
+                item = value.items[index] if literal and index < len(value.items) else \
+                    normalise(Value("item", {"input": value}, number=index, view=self))
+                self.bind(element.value, item)
         else:
             self.value(target)  # self.x = ..., x[i] = ...: reads only
 
@@ -263,6 +265,8 @@ class View:
                              number={"True": 1.0, "False": 0.0}.get(node.value))
             qualified = self.scope.qualify(node)
             return Value("name" if qualified else "free", node=node, view=self, name=qualified or node.value)
+        if isinstance(node, cst.Ellipsis):
+            return Value("const", node=node, view=self, name="...")
         if isinstance(node, (cst.Integer, cst.Float)):
             return Value("const", node=node, view=self, number=float(node.evaluated_value))
         if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
@@ -284,7 +288,8 @@ class View:
                 return self._make("neg", {"input": inner}, node)
             return Value("opaque", {"input": inner}, node=node, view=self)
         if isinstance(node, (cst.Tuple, cst.List)):
-            items = tuple(self.value(e.value) for e in node.elements)
+            items = tuple(Value("unpack", {"input": self.value(e.value)}, view=self)
+                          if isinstance(e, cst.StarredElement) else self.value(e.value) for e in node.elements)
             return Value("tuple", node=node, view=self, items=items)
         if isinstance(node, cst.Subscript):
             return self._subscript(node)
@@ -322,7 +327,7 @@ class View:
                     if getattr(part, bound) is not None:
                         kw[f"{bound}{index}"] = self.value(getattr(part, bound))
                 kw.setdefault(f"slice{index}", Value("slice", view=self))
-        return Value("getitem", kw, node=node, view=self)
+        return self._make("getitem", kw, node)
 
     # -- calls ------------------------------------------------------------------------------------
     def _arguments(self, call: cst.Call, params: Tuple[str, ...], offset: int = 0) -> Optional[Dict[str, Value]]:
@@ -331,12 +336,13 @@ class View:
         positional = [a for a in call.args if a.keyword is None]
         names = params[offset:]
         for index, arg in enumerate(positional):
+            if names and names[-1] == "*rest" and index >= len(names) - 1 and arg.star != "**":
+                rest = bound.setdefault("*rest", Value("tuple", view=self))
+                item = self.value(arg.value)  # `*x.shape[:-1]`: an unpacked item
+                rest.items = (*rest.items, Value("unpack", {"input": item}, view=self) if arg.star else item)
+                continue
             if arg.star:
                 return None
-            if names and names[-1] == "*rest" and index >= len(names) - 1:
-                rest = bound.setdefault("*rest", Value("tuple", view=self))
-                rest.items = (*rest.items, self.value(arg.value))
-                continue
             if index >= len(names):
                 return None
             bound[names[index]] = self.value(arg.value)
@@ -413,7 +419,8 @@ class View:
             func = self.scope.functions[callee.name]
         elif callee.op == "attr" and callee.input is not None and callee.input.op == "param" \
                 and callee.input.name == "self" and callee.name in self.scope.methods:
-            func, bound_self = self.scope.methods[callee.name], [callee.input]
+            func = self.scope.methods[callee.name]
+            bound_self = [] if _decorated(func, "staticmethod") else [callee.input]
         if func is None or func is self.func or len(_body(func.body)) > INLINE_STATEMENTS:
             return None
         params = [p.name.value for p in _params(func)]
@@ -462,6 +469,10 @@ def _ends_in_return(suite) -> bool:
     from npu_migrate.migrate.tree import walk
 
     return sum(isinstance(n, cst.Return) for s in body for n in walk(s)) == 1
+
+
+def _decorated(func: cst.FunctionDef, name: str) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in func.decorators)
 
 
 def _dotted(node: cst.CSTNode) -> bool:

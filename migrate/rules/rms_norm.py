@@ -1,182 +1,263 @@
-"""NPU320/NPU321: hand-written RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm``.
+"""NPU320/NPU321: RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm``.
 
-Recognised: a function (or method, with ``self._norm(...)``-style helper methods followed) whose
-straight-line body returns ``x * rsqrt(mean(x², -1, keepdim=True) + eps)`` times an optional weight
-(or Gemma's ``1 + weight``), spelled with ``pow(2)``/``x * x``/``square``/``** 2`` and
-``rsqrt``/``pow(-0.5)``/``** -0.5``/``1 / sqrt``/``/ sqrt``, optionally computed on ``x`` cast to
-float32 and cast back to x's dtype (or to the weight's) before or after the weight, including T5's
-``if weight.dtype in [torch.float16, torch.bfloat16]: x = x.to(weight.dtype)`` (the matcher is in
-``_rms_norm_patterns``). The function gets a guarded fast path at its top; the original body stays
-as the fallback::
+Every RMSNorm the dataflow view reads (``_rms_norm_match``: hand-written in any spelling, through
+``self._norm`` helpers, T5's half-precision branch, Gemma's and litgpt's ``1 + weight``, a reduction
+dim known only at run time, ``F.rms_norm``/``torch.rms_norm``) becomes a guarded fused call. A norm
+that a function returns gets a fast path in front of the statements that compute it (which stay as
+the fallback); elsewhere the statements are a guarded region or the expression a guarded one::
 
-    if npu_glue.rms_norm_fits(x, self.weight):
-        return torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]
+    if npu_glue.rms_norm_fits(x, self.weight, mixed_dtype=True):
+        return npu_glue.rms_norm(x, self.weight, self.eps)
 
-Under the guard (weight dtype == x dtype, weight covers the last dim) both compute in float32 and
-return x's dtype. ``F.rms_norm``/``torch.rms_norm`` calls become a guarded conditional expression.
-A function that holds the inverse-RMS core but not in a form above is reported (NPU321) with why.
+``npu_rms_norm`` also takes float16/bfloat16 x with a float32 weight (mixed precision, as under
+autocast); ``npu_glue.rms_norm`` casts its result to the dtype the original returns (x's, or the
+promotion of x's and the weight's, read off the code), so the fusion also happens under AMP. Where
+that dtype depends on a branch (T5) the guard requires equal dtypes. ``torch.nn.RMSNorm`` modules
+and subclasses are built from ``npu_glue.RMSNorm``, whose forward does the same.
+
+Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
+reduction dim, LayerNorm-style centring, several factors, no eps, a float32 result never cast back,
+a cast to another tensor's dtype, branches), and operands the guard cannot read.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.edits import code
-from npu_migrate.migrate.guarded import guarded_expression, region
-from npu_migrate.migrate.rules._dataflow import Expr, bind, docstring_count, pure_code, walk
-from npu_migrate.migrate.rules._rms_norm_patterns import Mismatch, Norm, NormMatcher
+from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._normal import number
+from npu_migrate.migrate.rules._regions import interior
+from npu_migrate.migrate.rules._rms_norm_match import GENERIC, Mismatch, Norm, has_eps, is_core, match
 from npu_migrate.migrate.rules._table import TORCH_NPU
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
-REPORT = "NPU321"
-RMS_NORM_CALLS = ("torch.nn.functional.rms_norm", "torch.rms_norm")
-RMS_NORM_PARAMS = ("input", "normalized_shape", "weight", "eps")
+FUSED, REPORT = "NPU320", "NPU321"
+TARGET = "torch_npu.npu_rms_norm"
+MODULE = "torch.nn.RMSNorm"
+NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
 PLAN = Fallback(
     "manual",
     "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
     "keepdim=True) + eps) * weight on the last dim and call torch_npu.npu_rms_norm(x, weight, "
-    "epsilon=eps)[0] with weight in x's dtype.",
+    "epsilon=eps)[0] with weight in x's dtype (or float32 for float16/bfloat16 x).",
 )
 
 
 class RmsNorm(Rule):
-    code = "NPU320"
-    codes = ("NPU320", REPORT)
+    code = FUSED
+    codes = (FUSED, REPORT)
     name = "rms-norm"
-    summary = "hand-written RMSNorm and F.rms_norm → torch_npu.npu_rms_norm (guarded; original kept as fallback)"
-    triggers = (b"sqrt", b"-0.5", b"rms_norm")
+    summary = "RMSNorm (hand-written, F.rms_norm, nn.RMSNorm) → torch_npu.npu_rms_norm (guarded; original kept as fallback)"
+    summaries = {
+        FUSED: summary,
+        REPORT: "RMSNorm-like code that the fused kernels do not reproduce (reported, not rewritten)",
+    }
+    triggers = (b"sqrt", b"-0.5", b"rms_norm", b"RMSNorm")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._methods: Dict[str, cst.FunctionDef] = {}  # methods of the class being matched
-        self._handled: set = set()  # ids of functions already matched or consumed
-        self._core_names: Optional[Tuple[Set[str], Set[str]]] = None  # (names of a mean, of a root)
+        self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        self._mentions: Dict[int, bool] = {}
+        self._regions: list = []  # statement ranges of the regions emitted in this file
+        self._halves: Optional[set] = None
 
-    # -- functions and methods ------------------------------------------------------------------
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)} \
-            if isinstance(node.body, cst.IndentedBlock) else {}
-        self._methods = methods
-        candidate = self._may_hold_core(methods.values())
-        outcomes = {name: self._match(func) if candidate else None for name, func in methods.items()}
-        consumed = {id(methods[inlined]) for outcome in outcomes.values()
-                    if outcome is not None and isinstance(outcome[0], Norm) for inlined in outcome[1]}
-        for func in methods.values() if candidate else ():  # helpers of an already migrated norm stay as they are
-            if self._migrated(func):
-                consumed.update(id(methods[name]) for name in _self_calls(func) if name in methods)
-        for name, func in methods.items():
-            self._handled.add(id(func))
-            if id(func) not in consumed:
-                self._act(func, outcomes[name])
-        self._methods = {}
+    # -- the functions of the module ------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.ctx.is_helper:
+            return
+        functions = [f for f in self._functions() if self._may_hold(f)]
+        found = {id(f): self._analyse(f) for f in functions}
+        # helpers read through by a norm (migrated before or now) are not norms of their own
+        consumed = {id(helper) for norms, _, _ in found.values() for norm in norms for helper in self._inlined(norm)}
+        for func in functions:
+            if id(func) not in consumed and not self._calls_npu(func):
+                norms, cores, mismatches = found[id(func)]
+                fresh = lambda value: not self.ctx.migrated(value.node)  # noqa: E731
+                self._act(func, [n for n in norms if fresh(n.out)], [c for c in cores if fresh(c)], mismatches)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if id(node) not in self._handled:
-            self._handled.add(id(node))
-            if self._may_hold_core([node]):
-                self._act(node, self._match(node))
+    def _act(self, func: cst.FunctionDef, norms: List[Norm], cores: List, mismatches: List) -> None:
+        """Fuse the norms, outermost first (an inner one where an outer one cannot be written), and
+        report every inverse RMS that no fused norm covers."""
+        covered, failed = set(), {}
+        for norm in norms:
+            if id(norm.out) in covered:
+                continue
+            why = self._fuse(norm, func)
+            if why is None:
+                covered |= {id(v) for v in interior(norm.out, [norm.x])}
+            else:
+                failed.setdefault(id(norm.core), (norm, why))
+        for core in cores:
+            if id(core) in covered:
+                continue
+            if id(core) in failed:
+                norm, why = failed[id(core)]
+                kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
+                self.report(norm.out.node, f"{kind} in {func.name.value}() not fused: {why}", fallback=PLAN, code=REPORT)
+            else:
+                reason = self._reason(core, mismatches)
+                if reason is None and not has_eps(core):
+                    continue  # a root mean square that normalises nothing (an energy, a metric)
+                self.report(core.node, f"RMSNorm-like code not fused: {reason or GENERIC}", fallback=PLAN, code=REPORT)
 
-    def _may_hold_core(self, funcs: Iterable[cst.FunctionDef]) -> bool:
-        """Cheap and necessary for ``_match`` to find anything in these functions (a function and
-        the methods it may inline): a mean and an inverse square root (an rsqrt or sqrt, or the 0.5
-        of a ``-0.5`` power), named literally or through an import alias."""
-        tree, names = self.ctx.tree, self.ctx.names
-        if self._core_names is None:
-            self._core_names = ({"mean"} | names.may_denote(["torch.mean"]),
-                                {"rsqrt", "sqrt"} | names.may_denote(["torch.rsqrt", "torch.sqrt"]))
-        mean, root = self._core_names
-        found = set().union(*(tree.names(func) for func in funcs))
-        return bool(found & mean) and (bool(found & root) or any(
-            isinstance(n, cst.Float) and float(n.evaluated_value) == 0.5 for func in funcs for n in tree.subtree(func)))
+    def _functions(self) -> List[cst.FunctionDef]:
+        if self._by_name is None:
+            self._by_name = {}
+            for node in self.ctx.tree.subtree(self.ctx.module):
+                if isinstance(node, cst.FunctionDef):
+                    self._by_name.setdefault(node.name.value, []).append(node)
+        return [f for funcs in self._by_name.values() for f in funcs]
 
-    def _match(self, func: cst.FunctionDef) -> Union[None, Tuple[Norm, List[str]], Tuple[str, cst.CSTNode]]:
-        """(Norm, methods it inlined), (reason, node) when the function holds the RMS core in a form
-        the kernel does not reproduce, or None when it is not a norm (or already migrated)."""
-        if self._migrated(func):
-            return None
-        matcher = NormMatcher(self.qualified_name, self.ctx.module, self._methods)
-        result = matcher.returned(func)
-        reason = "the norm is not straight-line code (branches, loops or side effects)"
-        if result is not None:
+    def _may_hold(self, func: cst.FunctionDef) -> bool:
+        """Cheap and necessary for a match: the function and the functions of this module it may call
+        (the view inlines them) name a mean and a root (or hold the 0.5 of ``** -0.5``), or name
+        rms_norm; import aliases too."""
+        found = self._mentions.get(id(func))
+        if found is None:
+            if self._halves is None:  # the functions holding a 0.5 literal, found in one walk of the module
+                parents = self.ctx.tree.parents()
+                self._halves = set()
+                for node in self.ctx.tree.subtree(self.ctx.module):
+                    if isinstance(node, cst.Float) and float(node.evaluated_value) == 0.5:
+                        while node is not None:
+                            self._halves.add(id(node))
+                            node = parents.get(id(node))
+            names, seen, stack = set(), set(), [func]
+            while stack:
+                current = stack.pop()
+                if id(current) not in seen:
+                    seen.add(id(current))
+                    own = self.ctx.tree.names(current)
+                    names |= own | ({"0.5"} if id(current) in self._halves else set())
+                    stack.extend(f for name in own for f in self._by_name.get(name, ()))
+            means = {"mean"} | self.ctx.names.may_denote(["torch.mean"])
+            roots = {"rsqrt", "sqrt", "0.5"} | self.ctx.names.may_denote(["torch.rsqrt", "torch.sqrt"])
+            norms = {"rms_norm"} | self.ctx.names.may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
+            found = self._mentions[id(func)] = bool(names & means and names & roots or names & norms)
+        return found
+
+    def _analyse(self, func: cst.FunctionDef) -> Tuple[List[Norm], List, List]:
+        """(the norms the function computes, largest first; its inverse RMS values and rms_norm
+        calls; (value, reason) for the values around one that do not match)."""
+        view = self.ctx.view(func)
+        norms, cores, mismatches = [], [], []
+        for value in {id(v): v for v in view.values.values()}.values():
+            if not view.home(value):
+                continue
+            if is_core(value) or value.op == "rms_norm":
+                cores.append(value)
             try:
-                return matcher.norm(result, func), list(matcher.inlined)
+                norm = match(value)
             except Mismatch as exc:
-                reason = exc.reason
-        core = matcher.core(func)
-        return (reason, core) if core is not None else None
+                mismatches.append((value, exc.reason))
+                continue
+            if norm is not None:
+                norms.append(norm)
+        norms.sort(key=lambda n: -len(interior(n.out, [n.x])))
+        return norms, cores, mismatches
 
-    def _act(self, func: cst.FunctionDef, outcome) -> None:
-        if outcome is None:
-            return
-        first, second = outcome
-        if isinstance(first, str):
-            self.report(second, f"RMSNorm-like code not fused: {first}", fallback=PLAN, code=REPORT)
-        else:
-            self._fast_path(func, first)
+    @staticmethod
+    def _reason(core, mismatches) -> Optional[str]:
+        """The reason of the largest computation around ``core`` that failed to match, if any."""
+        best, size = None, 0
+        for root, reason in mismatches:
+            values = interior(root, [])
+            if any(v is core for v in values) and len(values) > size:
+                best, size = reason, len(values)
+        return best
 
-    # -- the rewrite --------------------------------------------------------------------------
-    def _fast_path(self, func: cst.FunctionDef, norm: Norm) -> None:
-        module = self.ctx.module
-        x, eps = norm.x, pure_code(norm.eps, module)
-        weight = pure_code(norm.weight, module) if norm.weight is not None else None
-        if norm.gemma:
-            op, guard = "npu_gemma_rms_norm", f"npu_glue.gemma_rms_norm_fits({x}, {weight})"
-        else:
-            op, guard = "npu_rms_norm", f"npu_glue.rms_norm_fits({x}{', ' + weight if weight else ''})"
-        gamma = weight or f"{x}.new_ones({x}.shape[-1])"
-        body = func.body
-        edit = region(body, body, docstring_count(body.body), len(body.body), code(guard),
-                      [code(f"return torch_npu.{op}({x}, {gamma}, epsilon={eps})[0]")], fallthrough=True,
-                      at_entry=True)  # the matcher resolved x, the weight and eps to their values on entry
+    @staticmethod
+    def _inlined(norm: Norm) -> List[cst.FunctionDef]:
+        """Helpers of the module whose code the norm was read through (``self._norm``)."""
+        home = norm.out.view
+        return [v.view.func for v in interior(norm.out, [norm.x]) if v.view is not None and v.view is not home]
+
+    def _calls_npu(self, func: cst.FunctionDef) -> bool:
+        """Code that calls the NPU kernels itself (migrated by hand)."""
+        return any(isinstance(n, cst.Call) and (self.qualified_name(n.func) or "").startswith("torch_npu.")
+                   for n in self.ctx.tree.subtree(func))
+
+    # -- the rewrite ----------------------------------------------------------------------------
+    def _fuse(self, norm: Norm, func: cst.FunctionDef) -> Optional[str]:
+        """Emit the rewrite of one norm; None when done, else why not."""
+        view = self.ctx.view(func)
+        functional = norm.core.op == "rms_norm"
+        returned = not functional and view.result() is norm.out and self._returns_directly(func, norm)
+        operands = [v for v in (norm.x, norm.weight, norm.eps, norm.dim, norm.shape) if v is not None]
         kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
-        message = f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)"
-        if isinstance(edit, str):
-            self.report(func, f"{kind} {func.name.value}() not fused: {edit}", fallback=PLAN, code=REPORT)
-            return
-        self.rewrite(func, message, target=f"torch_npu.{op}", edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
+        op = "npu_gemma_rms_norm" if norm.gemma else "npu_rms_norm"
+        if functional:
+            api = self.qualified_name(norm.core.node.func) if isinstance(norm.core.node, cst.Call) else None
+            message = f"{api} → torch_npu.{op} (guarded)"
+        elif returned:
+            api, message = None, f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)"
+        else:
+            api, message = None, f"{kind} in {func.name.value}() → torch_npu.{op} (guarded)"
+        return emit(self, view, norm.out, operands, lambda piece: self._write(norm, piece, message), note=NOTE,
+                    target=f"torch_npu.{op}", api=api, imports=[TORCH_NPU], helpers=[HELPER], fast_path=returned,
+                    anchor=func if returned else None, taken=self._regions)
 
-    # -- F.rms_norm ---------------------------------------------------------------------------
+    @staticmethod
+    def _returns_directly(func: cst.FunctionDef, norm: Norm) -> bool:
+        body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+        last = body[-1] if body else None
+        return isinstance(last, cst.SimpleStatementLine) and any(
+            isinstance(s, cst.Return) and s.value is norm.out.node for s in last.body)
+
+    def _write(self, norm: Norm, piece, message: str):
+        """(guard, fused call, message) with the operands written where the guard runs, or why not."""
+        texts = {}
+        for name in ("x", "weight", "eps", "dim", "shape"):
+            value = getattr(norm, name)
+            if value is not None:
+                texts[name] = operand_text(piece, value)
+                if texts[name] is None:
+                    return f"the norm's {name} is not available as a plain name where the fused call would run"
+        x, weight = texts["x"], texts.get("weight")
+        eps = self._eps(norm, texts.get("eps"))
+        shape = texts.get("shape")
+        guards = []
+        if norm.dim is not None:
+            guards.append(f"{texts['dim']} in (-1, {x}.dim() - 1)")
+        shape_kw = f", normalized_shape={shape}" if shape is not None else ""
+        gamma = weight or f"{x}.new_ones({shape or f'{x}.shape[-1]'})"
+        if norm.gemma:
+            guard = f"{HELPER}.gemma_rms_norm_fits({x}, {weight})"
+            fused = f"torch_npu.npu_gemma_rms_norm({x}, {weight}, epsilon={eps})[0]"
+        elif norm.dtype is None or weight is None:  # equal dtypes only (or no weight: x's dtype)
+            guard = f"{HELPER}.rms_norm_fits({x}{', ' + weight if weight else ''}{shape_kw})"
+            fused = f"torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0]"
+        else:  # the kernel's mixed precision: the result cast to the original's dtype
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
+            dtype = f", dtype={x}.dtype" if norm.dtype == "x" else ""
+            fused = f"{HELPER}.rms_norm({x}, {weight}, {eps}{dtype})"
+        return " and ".join([guard, *guards]), fused, message
+
+    @staticmethod
+    def _eps(norm: Norm, text: Optional[str]) -> str:
+        """F.rms_norm's default eps is float32's for the dtypes the kernel takes; a variable eps may be None."""
+        if norm.eps is None:
+            return f"{HELPER}.FLOAT32_EPS"
+        if norm.core.op == "rms_norm" and number(norm.eps) is None:
+            return f"{HELPER}.rms_norm_eps({text})"
+        return text
+
+    # -- torch.nn.RMSNorm -----------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        if id(node) in self._handled or self.ctx.migrated(node):  # a call migrated before is its guard's fallback
-            return
-        api, record = self.lookup(node.func)
-        if api not in RMS_NORM_CALLS or record is None or record.code != self.code:
-            return
-        args = bind(node, RMS_NORM_PARAMS)
-        module = self.ctx.module
-        codes = {k: pure_code(Expr(v), module) for k, v in (args or {}).items()}
-        if args is None or "input" not in args or "normalized_shape" not in args or None in codes.values():
-            self.report(node, f"{api}: arguments are not plain names, so the guarded rewrite would evaluate "
-                              "them twice", fallback=PLAN, api=api, code=REPORT)
-            return
-        x, shape = codes["input"], codes["normalized_shape"]
-        weight = codes.get("weight")
-        weight = None if weight == "None" else weight
-        eps = codes.get("eps")
-        # torch's default is the epsilon of the op math type: float32 for float16/bfloat16/float32
-        eps = "npu_glue.FLOAT32_EPS" if eps in (None, "None") else eps
-        gamma = weight or f"{x}.new_ones({shape})"
-        edit = guarded_expression(
-            node, f"npu_glue.rms_norm_fits({x}, {weight + ', ' if weight else ''}normalized_shape={shape})",
-            f"torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0]")
-        self.rewrite(node, f"{api} → torch_npu.npu_rms_norm (guarded)", target="torch_npu.npu_rms_norm", api=api,
-                     edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
+        if not self.ctx.is_helper and self.qualified_name(node.func) == MODULE and not self.ctx.migrated(node):
+            self._module(node.func, "nn.RMSNorm module")
 
-    # -- already migrated ---------------------------------------------------------------------
-    def _migrated(self, func: cst.FunctionDef) -> bool:
-        """A fast path emitted before, or code that calls the NPU kernels itself."""
-        return self.ctx.has_fast_path(func) or any((self.qualified_name(n.func) or "").startswith("torch_npu.") for n in _calls(func))
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            if not self.ctx.is_helper and base.keyword is None and self.qualified_name(base.value) == MODULE:
+                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}")
 
-
-def _self_calls(func: cst.FunctionDef) -> List[str]:
-    """Names of the methods ``func`` calls as ``self.name(...)``."""
-    return [c.func.attr.value for c in _calls(func)
-            if isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self"]
-
-
-def _calls(func: cst.FunctionDef):
-    return [n for n in walk(func.body) if isinstance(n, cst.Call)]
+    def _module(self, node: cst.CSTNode, what: str) -> None:
+        self.replace(node, template(f"{HELPER}.RMSNorm"), f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in "
+                                                          "its forward where it computes the same; same state dict)",
+                     target=TARGET, api=MODULE, helpers=[HELPER])

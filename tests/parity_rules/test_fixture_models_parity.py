@@ -31,10 +31,10 @@ SITES = {
     "models/mixtral_moe": [("modeling_mixtral.py", "NPU301", FA), ("modeling_mixtral.py", "NPU310", ROPE),
                            ("modeling_mixtral.py", "NPU310", ROPE), ("modeling_mixtral.py", "NPU320", RMS),
                            ("modeling_mixtral.py", "NPU330", SWIGLU), ("modeling_mixtral.py", "NPU340", GATING)],
-    # GPT-J: _attn returns its probabilities to a caller the rule does not follow (reported), and
-    # the complex-number rotary variant is reported; the sin/cos rotary is fused
+    # GPT-J: _attn returns its probabilities to a caller the rule does not follow (reported); the
+    # sin/cos rotary and the complex-number variant (q and k) are fused
     "models/gptj": [("modeling_gptj.py", "NPU303", None), ("modeling_gptj.py", "NPU310", ROPE),
-                    ("modeling_gptj.py", "NPU311", None)],
+                    ("modeling_gptj.py", "NPU310", ROPE), ("modeling_gptj.py", "NPU310", ROPE)],
     "demo": [("tinyllama/model.py", "NPU302", FA), ("tinyllama/model.py", "NPU310", ROPE),
              ("tinyllama/model.py", "NPU320", RMS), ("tinyllama/model.py", "NPU330", SWIGLU)],
 }
@@ -47,8 +47,6 @@ GUARDED = {
     ("llama-gqa-tiny-mha-gelu", "npu_swiglu"),
     # output_attentions=True: the probabilities are returned, so the eager path runs
     ("bert-mlm-tiny-output-attentions", "npu_fusion_attention"),
-    # the complex-number variant is reported, not rewritten
-    ("gptj-tiny-complex-rope", "npu_rotary_mul"),
 }
 
 

@@ -3,7 +3,10 @@
 Each snippet is migrated with the rotary rule only, then the original and the migrated function
 run on the same inputs: in float32 and bfloat16, the results agree within the op table's
 tolerance and the fused kernel really ran; with inputs the kernel does not take, the guard runs the
-original code (bit for bit, no kernel call). Tiny shapes: B=2, S=5, N=3, D=8.
+original code (bit for bit, no kernel call). Tiny shapes: B=2, S=5, N=3, D=8. The forms: per-channel
+tables with every spelling of the rotation (module, nested, one-line, method and static-method
+helpers, inline statements as in litgpt, pairs by reshape/unbind), pair tables (torchtune's packed
+cache, halves, the tiled vision cache) and complex freqs_cis (Meta and Mistral layouts).
 """
 
 import math
@@ -121,6 +124,116 @@ def f(x, cos, sin):
 '''
 
 
+LITGPT = '''
+import torch
+
+
+def f(x, cos, sin):
+    if cos.dim() != 3:
+        raise ValueError(f"cos must be three-dimensional, but shape is {cos.shape}")
+    head_size_half = x.size(-1) // 2
+    x1 = x[..., :head_size_half]
+    x2 = x[..., head_size_half:]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    dims_diff = x.dim() - cos.dim()
+    if dims_diff > 0:
+        new_shape = cos.shape[0:1] + (1,) * dims_diff + cos.shape[1:]
+        cos = cos.view(*new_shape)
+        sin = sin.view(*new_shape)
+    roped = (x * cos) + (rotated * sin)
+    return roped.to(dtype=x.dtype)
+'''
+
+NESTED_ONE_LINE = '''
+import torch
+
+
+def f(q, k, cos, sin):
+    def rotate_half(x):
+        return torch.cat((-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]), dim=-1)
+
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, cos * k + sin * rotate_half(k)
+'''
+
+METHODS = '''
+import torch
+from torch import nn
+
+
+class Rotary(nn.Module):
+    def rotate_half(self, x):
+        x1, x2 = x.split(x.shape[-1] // 2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    @staticmethod
+    def _rotate(x):
+        first, second = torch.chunk(x, 2, dim=-1)
+        return torch.cat([-second, first], -1)
+
+    def forward(self, q, k, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return (q * cos) + (self.rotate_half(q) * sin), k * cos + self._rotate(k) * sin
+
+
+def f(q, k, cos, sin):
+    return Rotary()(q, k, cos, sin)
+'''
+
+INTERLEAVE_PAIRS = '''
+import torch
+
+
+def rotate_pairs(x):
+    x = x.reshape(*x.shape[:-1], -1, 2)
+    x1, x2 = x.unbind(dim=-1)
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.reshape(*x.shape[:-2], -1)
+
+
+def f(x, cos, sin):
+    return x * cos + rotate_pairs(x) * sin
+'''
+FLIPPED = '''
+import torch
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((x2, -x1), dim=-1)  # NanoChat: the other sign
+
+
+def f(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+'''
+
+ROFORMER = '''
+import torch
+
+
+def f(x, cos, sin):
+    rotated = torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).reshape_as(x)
+    return x * cos + rotated * sin
+'''
+
+CAST = '''
+import torch
+
+
+def rotate_half(x):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def f(x, cos, sin):
+    original_dtype = x.dtype
+    x_embed = (x.float() * cos) + (rotate_half(x).float() * sin)  # ERNIE/GLM: full precision
+    return x_embed.to(original_dtype)
+'''
+
+
 def angles(rows, dim):
     """Rotary angles for ``rows`` positions and ``dim // 2`` frequencies, float32."""
     inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
@@ -164,6 +277,11 @@ def interleaved_inputs():
     return randn(B, S, N, D), a.cos(), a.sin()
 
 
+def litgpt_inputs():
+    cos, sin = half_tables(B, S)  # (B, T, head_size): apply_rope views them to (B, 1, T, head_size)
+    return randn(B, N, S, D), cos, sin
+
+
 CASES = {
     "half-bnsd-gqa": (HALF, "half", llama_inputs),
     "half-chunk-bsnd": (CHUNK_BSND, "half", bsnd_inputs),
@@ -171,6 +289,12 @@ CASES = {
     "upcast": (UPCAST, "half", llama_inputs),
     "interleave-gptj": (INTERLEAVE_GPTJ, "interleave", gptj_inputs),
     "interleave-inline": (INLINE_INTERLEAVE, "interleave", interleaved_inputs),
+    "litgpt-inline-statements": (LITGPT, "half", litgpt_inputs),
+    "nested-one-line": (NESTED_ONE_LINE, "half", llama_inputs),
+    "method-and-staticmethod": (METHODS, "half", llama_inputs),
+    "interleave-reshape-unbind": (INTERLEAVE_PAIRS, "interleave", interleaved_inputs),
+    "negated-rotation": (FLIPPED, "half", llama_inputs),
+    "roformer-reshape-as": (ROFORMER, "interleave", interleaved_inputs),
 }
 
 
@@ -286,11 +410,204 @@ def test_interleave_equals_the_complex_form():
     torch.testing.assert_close(got, expected)
 
 
-def test_complex_form_is_reported_with_a_plan():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_rotation_of_a_cast_x_runs_the_kernel_in_the_cast_dtype(dtype, npu):
+    """``x.float() * cos + rotate_half(x).float() * sin`` with float32 tables: the kernel gets x cast
+    once; the guard reads x's shape without casting it."""
+    x, cos, sin = interleaved_inputs()
+    args = (x.to(dtype), cos, sin)
+    want, got = run(CAST, args), run(migrate(CAST), args)
+    assert npu == ["interleave"] and "rotary_fits_cast(x, torch.float32, cos, sin" in migrate(CAST)
+    assert got.dtype == want.dtype == dtype
+    tol = tolerance("interleave", dtype)
+    torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_litgpt_rotation_statements_move_into_the_fallback():
+    """The fused path does not compute the rotation: its statements are in the else branch only."""
+    migrated = migrate(LITGPT)
+    fused, fallback = migrated.split("else:")
+    assert "torch.cat((-x2, x1)" not in fused and "torch.cat((-x2, x1)" in fallback
+    assert "if npu_glue.rotary_fits(x, cos, sin, \"half\"):" in fused and "cos = cos.view(*new_shape)" in fused
+
+
+def test_gptj_model_fuses_both_rotary_implementations():
     source = (Path(__file__).parents[2] / "fixtures" / "models" / "gptj" / "modeling_gptj.py").read_bytes()
     result = Engine(load_table(), [Rotary]).migrate("modeling_gptj.py", source)
-    reported = [f for f in result.findings if f.code == "NPU311"]
-    assert [f.api for f in reported] == ["pattern.rotary.complex"]
-    assert reported[0].fallback.plan == "composite" and "repeat_interleave(2, -1)" in reported[0].fallback.detail
-    rewritten = [f for f in result.findings if f.code == "NPU310"]
-    assert [f.api for f in rewritten] == ["pattern.rotary.interleave"]
+    assert sorted(f.api for f in result.findings) == ["pattern.rotary.complex"] * 2 + ["pattern.rotary.interleave"]
+    assert all(f.code == "NPU310" and f.action == "rewritten" for f in result.findings)
+
+
+# -- pair tables and complex freqs_cis --------------------------------------------------------------
+PACKED = '''
+import torch
+
+
+def f(x, cache):
+    seq_len = x.size(1)
+    rope_cache = cache[:seq_len]
+    xshaped = x.float().reshape(*x.shape[:-1], -1, 2)
+    rope_cache = rope_cache.view(-1, xshaped.size(1), 1, xshaped.size(3), 2)
+    x_out = torch.stack(
+        [
+            xshaped[..., 0] * rope_cache[..., 0] - xshaped[..., 1] * rope_cache[..., 1],
+            xshaped[..., 1] * rope_cache[..., 0] + xshaped[..., 0] * rope_cache[..., 1],
+        ],
+        -1,
+    )
+    x_out = x_out.flatten(3)
+    return x_out.type_as(x)
+'''
+
+TILED = '''
+import torch
+
+
+def f(x, cache, tiles=2):
+    bsz, _, n_h, h_d = x.shape
+    xshaped = x.float().reshape(bsz, tiles, -1, n_h, h_d // 2, 2)
+    seq_len = xshaped.size(2)
+    rope_cache = cache[:seq_len].view(1, 1, seq_len, 1, h_d // 2, 2)
+    x_out = torch.stack([xshaped[..., 0] * rope_cache[..., 0] - xshaped[..., 1] * rope_cache[..., 1],
+                         xshaped[..., 1] * rope_cache[..., 0] + xshaped[..., 0] * rope_cache[..., 1]], -1)
+    x_out = x_out.reshape(bsz, tiles * seq_len, n_h, h_d)
+    return x_out.type_as(x)
+'''
+
+HALVES = '''
+import torch
+
+
+def f(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    a = x1 * cos - x2 * sin
+    b = x2 * cos + x1 * sin
+    return torch.cat((a, b), dim=-1)
+'''
+
+MISTRAL = '''
+import torch
+
+
+def f(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis[:, None, :]
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(-2)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(-2)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+'''
+
+META = '''
+import torch
+
+
+def reshape_for_broadcast(freqs_cis, x):
+    ndim = x.ndim
+    shape = [d if i == 1 or i == ndim - 1 else 1 for i, d in enumerate(x.shape)]
+    return freqs_cis.view(*shape)
+
+
+def f(xq, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
+    xq_out = torch.view_as_real(freqs_cis * xq_).flatten(3)
+    return xq_out.type_as(xq)
+'''
+
+
+DEEPSEEK = '''
+import torch
+
+
+def f(q, cos, sin, unsqueeze_dim=1):
+    cos = cos[..., : cos.shape[-1] // 2].unsqueeze(unsqueeze_dim)
+    sin = sin[..., : sin.shape[-1] // 2].unsqueeze(unsqueeze_dim)
+    q1, q2 = q[..., 0::2], q[..., 1::2]
+    return torch.cat([q1 * cos - q2 * sin, q2 * cos + q1 * sin], dim=-1)
+'''
+
+
+def packed_cache(rows):
+    a = angles(rows, D)
+    return torch.stack([a.cos(), a.sin()], dim=-1)  # [rows, D // 2, 2]
+
+
+def polar(rows):
+    return torch.polar(torch.ones(rows, D // 2), angles(rows, D))
+
+
+TABLE_CASES = {
+    "torchtune-packed": (PACKED, lambda dt: (randn(B, S, N, D).to(dt), packed_cache(16).to(dt))),
+    "torchtune-tiled-vision": (TILED, lambda dt: (randn(B, 2 * S, N, D).to(dt), packed_cache(S).to(dt))),
+    "halves-pair-tables": (HALVES, lambda dt: (randn(B, S, N, D).to(dt), angles(S, D).cos().to(dt),
+                                              angles(S, D).sin().to(dt))),
+    "mistral-complex-3d": (MISTRAL, lambda dt: (randn(S, N, D).to(dt), randn(S, 1, D, seed=1).to(dt), polar(S))),
+    "meta-complex-4d": (META, lambda dt: (randn(B, S, N, D).to(dt), polar(S))),
+    "deepseek-split": (DEEPSEEK, lambda dt: (randn(B, N, S, D).to(dt), *half_tables(B, S))),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", list(TABLE_CASES))
+def test_pair_and_complex_tables_match_the_original(case, dtype, npu):
+    source, make_inputs = TABLE_CASES[case]
+    args = make_inputs(dtype)
+    expected = as_tuple(run(source, args))
+    got = as_tuple(run(migrate(source), args))
+    mode = "half" if case.startswith(("halves", "deepseek")) else "interleave"  # DeepSeek's even|odd output: halves
+    assert npu and set(npu) == {mode}, "the fused kernel did not run"
+    tol = tolerance(mode, dtype)
+    for want, have in zip(expected, got):
+        assert have.dtype == want.dtype and have.shape == want.shape
+        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize("case", ["torchtune-packed", "meta-complex-4d"])
+def test_pair_and_complex_gradients_match(case, npu):
+    source, make_inputs = TABLE_CASES[case]
+    results = []
+    for code in (source, migrate(source)):
+        x, table = make_inputs(torch.float32)
+        x.requires_grad_()
+        run(code, (x, table)).square().sum().backward()
+        results.append(x.grad)
+    assert npu
+    torch.testing.assert_close(results[1], results[0])
+
+
+def test_tables_are_derived_once_per_table_tensor(npu, monkeypatch):
+    """Four layers share one cache: the per-channel tables are made once; an in-place change of the
+    cache makes them again; a table freed is forgotten."""
+    migrated = migrate(PACKED)
+    import npu_glue
+
+    made = []
+    widen = npu_glue._widen
+    monkeypatch.setattr(npu_glue, "_widen", lambda *a: (made.append(1), widen(*a))[1])
+    x, cache = TABLE_CASES["torchtune-packed"][1](torch.float32)
+    layers = [run(migrated, (x, cache)) for _ in range(4)]
+    assert len(made) == 1 and len(npu) == 4
+    cache.mul_(0.5)
+    torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)))
+    assert len(made) == 2
+    entries = len(npu_glue._wide_tables._entries)
+    del cache, layers
+    assert len(npu_glue._wide_tables._entries) == entries - 1
+
+
+@pytest.mark.parametrize("case, args", [
+    ("mistral-complex-3d", lambda: (randn(S, N, D), randn(S, 1, D), polar(S).to(torch.complex128))),  # complex128
+    ("mistral-complex-3d", lambda: (randn(S, N, D), randn(S, 1, D), polar(S) * 1.5)),  # not unit complex numbers
+    ("torchtune-packed", lambda: (randn(1, S, 1, 896), torch.stack([angles(16, 896).cos(), angles(16, 896).sin()], -1))),  # D >= 896
+    ("halves-pair-tables", lambda: (randn(B, S, N, D), angles(S, D).cos() * 1.5, angles(S, D).sin())),  # scaled table
+])
+def test_table_guards_run_the_original_when_the_kernel_does_not_fit(case, args, npu):
+    source = TABLE_CASES[case][0]
+    inputs = args()
+    expected = as_tuple(run(source, inputs))
+    got = as_tuple(run(migrate(source), inputs))
+    assert not npu, "the kernel ran on inputs it does not take"
+    for want, have in zip(expected, got):
+        assert have.dtype == want.dtype and torch.equal(have, want)

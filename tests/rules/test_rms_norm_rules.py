@@ -1,0 +1,463 @@
+"""NPU320 (RMSNorm): the migrated code computes what the original computes under the emulated NPU,
+in float32 and bfloat16, with the weight dtype equal to or different from the input's (float32
+weights with bfloat16 activations, as under autocast: the kernel's mixed precision), in inference
+and training. Each snippet is migrated with only NPU320 selected, both versions are executed, and
+the fused kernel is counted to show which path ran.
+
+The emulator on this branch refuses a float32 gamma with bfloat16 x; the kernels branch makes it
+take it (torch_npu's documented mixed precision, facts §2.5 and torch_npu's test_rms_norm_mix_dtype:
+the float32 computation rounded once to x's dtype). Until that lands, ``mixed_kernel`` stands in
+for it with exactly that semantics.
+"""
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from npu_migrate import kernels
+from npu_migrate.migrate.engine import build_engine
+from npu_migrate.opmap import load_table
+
+HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
+TABLE = load_table()
+BF16, F32 = torch.bfloat16, torch.float32
+
+RMS_NORMS = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class T5LayerNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
+            hidden_states = hidden_states.to(self.weight.dtype)
+        return self.weight * hidden_states
+
+
+class MetaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
+
+
+class ScaleRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        orig_dtype = x.dtype
+        x = x.float()
+        inv_rms = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)
+        return (x * inv_rms).to(orig_dtype) * self.scale
+
+
+class PowNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return x * (x.square().mean(dim=-1, keepdim=True) + 1e-6).pow(-0.5) * self.weight
+
+
+class NoWeightNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))  # unused: the norm has no weight
+
+    def forward(self, x):
+        return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-6)
+
+
+class FunctionalNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.shape = (dim,)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.shape, self.weight)
+
+
+class LitRMSNorm(nn.Module):
+    def __init__(self, size, dim=-1, eps=1e-6, add_unit_offset=False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(size) * 0.1)
+        self.eps = eps
+        self.dim = dim
+        self.add_unit_offset = add_unit_offset
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        norm_x = torch.mean(x * x, dim=self.dim, keepdim=True)
+        x_normed = x * torch.rsqrt(norm_x + self.eps)
+        weight = (1 + self.weight) if self.add_unit_offset else self.weight
+        return (x_normed * weight.float()).to(dtype=dtype)
+
+
+class TuneRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.normalized_shape = (dim,)
+        self.eps = eps
+        self.scale = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x.float(), normalized_shape=self.normalized_shape, weight=self.scale, eps=self.eps).to(x.dtype)
+
+
+class ModuleNorm(nn.Module):
+    def __init__(self, dim, eps=None, affine=True):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim, eps=eps, elementwise_affine=affine)
+        with torch.no_grad():
+            if affine:
+                self.norm.weight.normal_()
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class ImageGPTNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, tensor):
+        tensor = tensor / torch.sqrt(torch.mean(torch.square(tensor), axis=-1, keepdim=True) + self.eps)
+        tensor = tensor * self.weight
+        return tensor
+
+
+class GemmaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim) * 0.1)
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float())
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+'''
+
+NORMS = ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm", "ScaleRMSNorm", "PowNorm", "NoWeightNorm", "FunctionalNorm",
+         "LitRMSNorm", "TuneRMSNorm", "ModuleNorm", "ImageGPTNorm"]
+EQUAL_DTYPES_ONLY = {"T5LayerNorm"}  # its result dtype depends on a branch over the weight's dtype
+NO_WEIGHT = {"NoWeightNorm"}
+
+
+def migrate(source: str) -> str:
+    result = build_engine(TABLE, select=["NPU320"]).migrate("snippet.py", source.encode())
+    assert result.status == "changed", (result.status, result.error, result.findings)
+    assert all(f.code == "NPU320" and f.action == "rewritten" for f in result.findings), result.findings
+    return result.migrated
+
+
+def _documented_rms_norm(real):
+    """npu_rms_norm with torch_npu's mixed precision (float32 gamma, float16/bfloat16 x): the float32
+    computation rounded once to x's dtype; everything else as the emulator has it."""
+    def npu_rms_norm(x, gamma, epsilon=1e-06):
+        if gamma.dtype != torch.float32 or x.dtype not in (torch.float16, torch.bfloat16):
+            return real(x, gamma, epsilon=epsilon)
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(dim=tuple(range(x.dim() - gamma.dim(), x.dim())), keepdim=True) + epsilon)
+        return (xf * rstd * gamma).to(x.dtype), rstd
+    return npu_rms_norm
+
+
+@pytest.fixture(scope="module")
+def npu():
+    """The emulated NPU (taking mixed dtypes, see the module docstring), with the helper module
+    importable as the vendored ``npu_glue``."""
+    sys.path.insert(0, str(HELPERS))
+    try:
+        with kernels.emulate():
+            torch_npu = sys.modules["torch_npu"]
+            real = torch_npu.npu_rms_norm
+            try:
+                real(torch.ones(2, 4, dtype=BF16), torch.ones(4))
+            except Exception:
+                torch_npu.npu_rms_norm = _documented_rms_norm(real)
+            yield torch_npu
+            torch_npu.npu_rms_norm = real
+            sys.modules.pop("npu_glue", None)
+    finally:
+        sys.path.remove(str(HELPERS))
+
+
+def load(source: str) -> dict:
+    namespace = {}
+    exec(compile(source, "<snippet>", "exec"), namespace)
+    return namespace
+
+
+@contextmanager
+def counting(module, op):
+    """Counts calls of ``torch_npu.<op>`` made inside the block."""
+    original, calls = getattr(module, op), []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    setattr(module, op, counted)
+    try:
+        yield calls
+    finally:
+        setattr(module, op, original)
+
+
+def tolerance(op: str, dtype: torch.dtype):
+    record = TABLE.get(f"torch_npu.{op}").tolerance[str(dtype).replace("torch.", "")]
+    return dict(rtol=record.rtol, atol=record.atol)
+
+
+def twins(original_ns, migrated_ns, name, *args, dtype=None, **kwargs):
+    """The class ``name`` built from both sources with the same weights."""
+    torch.manual_seed(0)
+    before = original_ns[name](*args, **kwargs)
+    after = migrated_ns[name](*args, **kwargs)
+    after.load_state_dict(before.state_dict())
+    if dtype is not None:
+        before, after = before.to(dtype), after.to(dtype)
+    return before, after
+
+
+@pytest.fixture(scope="module")
+def norms(npu):
+    migrated = migrate(RMS_NORMS)
+    assert "npu_glue.RMSNorm(dim" in migrated and "nn.RMSNorm(" not in migrated
+    return load(RMS_NORMS), load(migrated)
+
+
+def sample(*shape, dtype=F32, seed=1):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("x_dtype,w_dtype", [(F32, F32), (BF16, BF16), (BF16, F32), (F32, BF16)],
+                         ids=["f32", "bf16", "bf16-x-f32-weight", "f32-x-bf16-weight"])
+def test_rms_norm_forms_match_the_original(npu, norms, name, x_dtype, w_dtype):
+    before, after = twins(*norms, name, 16, dtype=w_dtype)
+    x = sample(2, 3, 16, dtype=x_dtype)
+    with counting(npu, "npu_rms_norm") as calls:
+        got = after(x)
+    want = before(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_rms_norm", x_dtype))
+    mixed = x_dtype == BF16 and w_dtype == F32 and name not in EQUAL_DTYPES_ONLY  # the kernel's mixed precision
+    fused = x_dtype == w_dtype or mixed or name in NO_WEIGHT
+    assert len(calls) == (1 if fused else 0), "the fast path runs exactly where the kernel computes the same"
+
+
+@pytest.mark.parametrize("name", ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm", "LitRMSNorm", "TuneRMSNorm",
+                                  "ModuleNorm"])
+def test_rms_norm_gradients_match(npu, norms, name):
+    before, after = twins(*norms, name, 16)
+    x = sample(4, 16, seed=2)
+    grads = []
+    for model in (before, after):
+        xi = x.clone().requires_grad_()
+        model(xi).square().sum().backward()
+        weight = next(p for p in model.parameters())
+        grads.append((xi.grad, weight.grad))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, **tolerance("npu_rms_norm", F32))
+
+
+def test_mixed_precision_training_step_matches(npu, norms):
+    """bfloat16 activations with a float32 weight (AMP): fused, the result and the weight's
+    gradient in the original's dtypes."""
+    before, after = twins(*norms, "LlamaRMSNorm", 16)
+    x = sample(4, 16, dtype=BF16, seed=3)
+    results = []
+    with counting(npu, "npu_rms_norm") as calls:
+        for model in (before, after):
+            out = model(x)
+            out.float().square().sum().backward()
+            results.append((out, model.weight.grad))
+    assert len(calls) == 1
+    (want, want_grad), (got, got_grad) = results
+    assert got.dtype == want.dtype == F32 and got_grad.dtype == want_grad.dtype == F32
+    torch.testing.assert_close(got, want, **tolerance("npu_rms_norm", BF16))
+    torch.testing.assert_close(got_grad, want_grad, rtol=2e-2, atol=2e-2)  # bfloat16 input: see the kernel tolerance
+
+
+@pytest.mark.parametrize("offset", [False, True])
+def test_litgpt_unit_offset_and_dim_attribute(npu, norms, offset):
+    before, after = twins(*norms, "LitRMSNorm", 16, add_unit_offset=offset)
+    x = sample(2, 3, 16, seed=4)
+    with counting(npu, "npu_rms_norm") as calls:
+        torch.testing.assert_close(after(x), before(x), **tolerance("npu_rms_norm", F32))
+    assert len(calls) == 1
+    before, after = twins(*norms, "LitRMSNorm", 3, dim=1)  # normalised over another dim: the guard says no
+    x = sample(2, 3, 3, seed=5)
+    with counting(npu, "npu_rms_norm") as calls:
+        assert torch.equal(after(x), before(x))
+    assert not calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_default_eps_is_float32_epsilon_as_torch_computes_it(npu, norms, dtype):
+    """torch 2.13 documents eps=None as torch.finfo(x.dtype).eps, but computes float16/bfloat16 in
+    float32 with float32's epsilon; the migrated default matches what torch computes, on inputs small
+    enough for eps to decide the result."""
+    x = (torch.full((2, 8), 1e-3) * torch.linspace(0.5, 1.5, 8)).to(dtype)
+    float32_eps = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + torch.finfo(F32).eps)).to(dtype)
+    assert torch.equal(F.rms_norm(x, (8,)), float32_eps)
+    if dtype != F32:
+        own_eps = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + torch.finfo(dtype).eps)).to(dtype)
+        assert not torch.allclose(F.rms_norm(x, (8,)).float(), own_eps.float(), rtol=0.1)
+    before, after = twins(*norms, "ModuleNorm", 8, dtype=dtype)
+    with counting(npu, "npu_rms_norm") as calls:
+        torch.testing.assert_close(after(x), before(x), **tolerance("npu_rms_norm", dtype))
+    assert len(calls) == 1
+
+
+def test_module_norm_keeps_its_class_and_state(npu, norms):
+    before, after = twins(*norms, "ModuleNorm", 16, eps=1e-5, affine=False)
+    assert isinstance(after.norm, torch.nn.RMSNorm) and type(after.norm).__name__ == "RMSNorm"
+    assert after.norm.weight is None and list(after.state_dict()) == list(before.state_dict())
+    x = sample(2, 16, seed=6)
+    with counting(npu, "npu_rms_norm") as calls:
+        torch.testing.assert_close(after(x), before(x), **tolerance("npu_rms_norm", F32))
+    assert len(calls) == 1
+
+
+def test_rms_norm_one_dimensional_input_falls_back(npu, norms):
+    before, after = twins(*norms, "LlamaRMSNorm", 16)
+    x = torch.randn(16)
+    with counting(npu, "npu_rms_norm") as calls:
+        torch.testing.assert_close(after(x), before(x))
+    assert not calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
+    before, after = twins(*norms, "GemmaRMSNorm", 16, dtype=dtype)
+    x = sample(2, 16, dtype=dtype, seed=3)
+    with counting(npu, "npu_gemma_rms_norm") as calls, torch.no_grad():
+        got = after(x)
+    assert len(calls) == 1
+    torch.testing.assert_close(got.float(), before(x).float(), **tolerance("npu_gemma_rms_norm", dtype))
+    with counting(npu, "npu_gemma_rms_norm") as calls:
+        after(x.requires_grad_()).sum().backward()  # the kernel has no backward: the original runs
+    assert not calls and after.weight.grad is not None
+
+
+GATED = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNormGated(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states, gate):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        hidden_states = self.weight * hidden_states.to(input_dtype)
+        hidden_states = hidden_states * F.silu(gate.to(torch.float32))
+        return hidden_states.to(input_dtype)
+
+
+class UnweightedRMSNorm(nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+'''
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_norm_before_a_gate_and_an_unweighted_norm(npu, dtype):
+    """The norm of a gated norm is fused (the binding of input_dtype, read afterwards, runs before
+    the guard); DeepSeek's unweighted norm rounds the inverse RMS to x's dtype first."""
+    original, migrated = load(GATED), load(migrate(GATED))
+    before, after = twins(original, migrated, "RMSNormGated", 16, dtype=dtype)
+    x, gate = sample(2, 3, 16, dtype=dtype, seed=9), sample(2, 3, 16, dtype=dtype, seed=10)
+    with counting(npu, "npu_rms_norm") as calls:
+        got, unweighted = after(x, gate), migrated["UnweightedRMSNorm"]()(x)
+    want, unweighted_want = before(x, gate), original["UnweightedRMSNorm"]()(x)
+    assert len(calls) == 2 and got.dtype == want.dtype and unweighted.dtype == unweighted_want.dtype
+    torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_rms_norm", dtype))
+    torch.testing.assert_close(unweighted.float(), unweighted_want.float(), **tolerance("npu_rms_norm", dtype))
+
+
+INLINE = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, gate):
+        h = self.proj(x)
+        variance = h.float().pow(2).mean(-1, keepdim=True)
+        normed = (h.float() * torch.rsqrt(variance + 1e-6)).type_as(h)
+        return normed * torch.sigmoid(gate) + x
+'''
+
+
+def test_inline_norm_in_a_larger_function(npu):
+    """The statements of a norm inside a block move into the fallback; the rest stays."""
+    migrated = migrate(INLINE)
+    fused, fallback = migrated.split("else:")
+    assert "torch_npu.npu_rms_norm(h," in fused and "variance = " in fallback and "self.proj(x)" not in fallback
+    torch.manual_seed(0)
+    before = load(INLINE)["Block"](16)
+    after = load(migrated)["Block"](16)
+    after.load_state_dict(before.state_dict())
+    x, gate = sample(2, 16, seed=7), sample(2, 16, seed=8)
+    with counting(npu, "npu_rms_norm") as calls:
+        torch.testing.assert_close(after(x, gate), before(x, gate), **tolerance("npu_rms_norm", F32))
+    assert len(calls) == 1
