@@ -64,6 +64,13 @@ FUNCTIONS: Dict[str, Spec] = {
     "torch.nn.functional.rms_norm": ("rms_norm", ("input", "normalized_shape", "weight", "eps")),
     "torch.rms_norm": ("rms_norm", ("input", "normalized_shape", "weight", "eps")),
     "torch.nn.functional.linear": ("linear", ("input", "weight", "bias")),
+    "torch.gather": ("gather", ("input", "dim", "index")),
+    "torch.sum": ("sum", ("input", "dim", "keepdim", "dtype")),
+    "torch.amax": ("amax", ("input", "dim", "keepdim")),
+    "torch.logical_not": ("invert", ("input",)),
+    "torch.zeros_like": ("zeros_like", ("input", "dtype", "layout", "device", "requires_grad", "memory_format")),
+    "torch.relu": ("relu", ("input",)),
+    "torch.nn.functional.relu": ("relu", ("input", "inplace")),
     "torch.nn.functional.scaled_dot_product_attention": (
         "sdpa", ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")),
 }
@@ -118,6 +125,10 @@ METHODS: Dict[str, Spec] = {
     "dim": ("ndim", ()),
     "scatter": ("scatter", ("dim", "index", "src")),
     "gather": ("gather", ("dim", "index")),
+    "max": ("max", ("dim", "keepdim")),
+    "amax": ("amax", ("dim", "keepdim")),
+    "logical_not": ("invert", ()),
+    "relu": ("relu", ()),
 }
 
 #: the dtype a cast method names without an argument
@@ -133,6 +144,7 @@ MODULES: Dict[str, Spec] = {
     "torch.nn.modules.dropout.Dropout": ("dropout", ("input",)),
     "torch.nn.Sigmoid": ("sigmoid", ("input",)),
     "torch.nn.Tanh": ("tanh", ("input",)),
+    "torch.nn.ReLU": ("relu", ("input",)),
     "torch.nn.Linear": ("linear", ("input",)),
     "torch.nn.RMSNorm": ("rms_norm_module", ("input",)),
 }
@@ -141,6 +153,7 @@ OPERATORS = {
     cst.Multiply: "mul", cst.Divide: "div", cst.Add: "add", cst.Subtract: "sub", cst.MatrixMultiply: "matmul",
     cst.Power: "pow", cst.FloorDivide: "floordiv", cst.Modulo: "mod",
 }
+UNARY = {cst.BitInvert: "invert"}
 AUGMENTED = {
     cst.MultiplyAssign: "mul", cst.DivideAssign: "div", cst.AddAssign: "add", cst.SubtractAssign: "sub",
     cst.MatrixMultiplyAssign: "matmul", cst.PowerAssign: "pow",

@@ -23,7 +23,7 @@ import libcst as cst
 
 from npu_migrate.migrate.defuse import defined
 from npu_migrate.migrate.rules._normal import normalise
-from npu_migrate.migrate.rules._spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS
+from npu_migrate.migrate.rules._spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from npu_migrate.migrate.tree import children
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]
@@ -222,7 +222,13 @@ class View:
             if not top:
                 self.opaque_exit = True
         elif isinstance(small, cst.Expr):
-            self.value(small.value)
+            value = self.value(small.value)
+            receiver = _in_place_receiver(small.value)
+            if receiver is not None and receiver in self.env:  # x.scatter_(...): x now holds the result
+                old = self.env[receiver]
+                for name, bound in list(self.env.items()):
+                    if bound is old:
+                        self.env[name] = value
 
     def bind(self, target: cst.BaseExpression, value: Value) -> None:
         if isinstance(target, cst.Name):
@@ -234,7 +240,7 @@ class View:
                     self._opaque_targets(element)
                     continue
                 item = value.items[index] if value.op == "tuple" and index < len(value.items) else \
-                    Value("item", {"input": value}, number=index, view=self)
+                    normalise(Value("item", {"input": value}, number=index, view=self))
                 self.bind(element, item)
         else:
             self.value(target)  # self.x = ..., x[i] = ...: reads only
@@ -282,7 +288,8 @@ class View:
                 if inner.op == "const":
                     return Value("const", node=node, view=self, number=-inner.number)
                 return self._make("neg", {"input": inner}, node)
-            return Value("opaque", {"input": inner}, node=node, view=self)
+            op = UNARY.get(type(node.operator))
+            return self._make(op, {"input": inner}, node) if op else Value("opaque", {"input": inner}, node=node, view=self)
         if isinstance(node, (cst.Tuple, cst.List)):
             items = tuple(self.value(e.value) for e in node.elements)
             return Value("tuple", node=node, view=self, items=items)
@@ -322,7 +329,7 @@ class View:
                     if getattr(part, bound) is not None:
                         kw[f"{bound}{index}"] = self.value(getattr(part, bound))
                 kw.setdefault(f"slice{index}", Value("slice", view=self))
-        return Value("getitem", kw, node=node, view=self)
+        return self._make("getitem", kw, node)
 
     # -- calls ------------------------------------------------------------------------------------
     def _arguments(self, call: cst.Call, params: Tuple[str, ...], offset: int = 0) -> Optional[Dict[str, Value]]:
@@ -358,8 +365,9 @@ class View:
         if qualified is None and isinstance(func, cst.Attribute):
             receiver = self.value(func.value)
             method = func.attr.value
-            if receiver.op not in ("name", "free") and method in METHODS:
-                op, params = METHODS[method]
+            spec = METHODS.get(method) or (METHODS.get(method[:-1]) if _in_place(method) else None)
+            if receiver.op not in ("name", "free") and spec is not None:
+                op, params = spec
                 kw = self._arguments(node, params)
                 if kw is not None:
                     kw["input"] = receiver
@@ -450,6 +458,19 @@ def _ends_in_return(suite) -> bool:
     from npu_migrate.migrate.tree import walk
 
     return sum(isinstance(n, cst.Return) for s in body for n in walk(s)) == 1
+
+
+def _in_place(method: str) -> bool:
+    """``scatter_``, ``masked_fill_``: the in-place variant of a method (not a dunder)."""
+    return method.endswith("_") and not method.endswith("__")
+
+
+def _in_place_receiver(node: cst.CSTNode) -> Optional[str]:
+    """``x`` for a statement ``x.<method>_(...)`` that updates the local tensor ``x`` in place."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+            and _in_place(node.func.attr.value):
+        return node.func.value.value
+    return None
 
 
 def _dotted(node: cst.CSTNode) -> bool:

@@ -1,4 +1,4 @@
-"""NPU320 (RMSNorm), NPU330 (SwiGLU), NPU340 (MoE gating): the migrated code computes what the
+"""NPU320 (RMSNorm), NPU340 (MoE gating; SwiGLU: test_swiglu_rules.py): the migrated code computes what the
 original computes under the emulated NPU, in float32 and bfloat16, with the weight dtype equal to or
 different from the input's, in inference and training. Each snippet is migrated with only its rule
 selected, both versions are executed, and the fused kernel is counted to show which path ran."""
@@ -122,61 +122,6 @@ class GemmaRMSNorm(nn.Module):
         return output.type_as(x)
 '''
 
-MLPS = '''
-import torch.nn.functional as F
-from torch import nn
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, act):
-        super().__init__()
-        self.gate_proj = nn.Linear(8, 12, bias=False)
-        self.up_proj = nn.Linear(8, 12, bias=False)
-        self.down_proj = nn.Linear(12, 8, bias=False)
-        self.act_fn = ACTIVATIONS[act]
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, act=None):
-        super().__init__()
-        self.w1 = nn.Linear(8, 12, bias=False)
-        self.w2 = nn.Linear(12, 8, bias=False)
-        self.w3 = nn.Linear(8, 12, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class GatedActDense(nn.Module):
-    def __init__(self, act):
-        super().__init__()
-        self.wi_0 = nn.Linear(8, 12, bias=False)
-        self.wi_1 = nn.Linear(8, 12, bias=False)
-        self.wo = nn.Linear(12, 8, bias=False)
-        self.act = ACTIVATIONS[act]
-
-    def forward(self, hidden_states):
-        hidden_gelu = self.act(self.wi_0(hidden_states))
-        hidden_linear = self.wi_1(hidden_states)
-        hidden_states = hidden_gelu * hidden_linear
-        return self.wo(hidden_states)
-
-
-class Expert(nn.Module):
-    def __init__(self, act):
-        super().__init__()
-        self.gate_up_proj = nn.Linear(8, 24, bias=False)
-        self.down_proj = nn.Linear(12, 8, bias=False)
-        self.act_fn = ACTIVATIONS[act]
-
-    def forward(self, hidden_states):
-        gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-        return self.down_proj(self.act_fn(gate) * up)
-'''
-
 ROUTER = '''
 import torch
 import torch.nn.functional as F
@@ -201,13 +146,6 @@ def route_in_dtype(router_logits, top_k):
     topk_weight, topk_idx = probs.topk(top_k, dim=-1)
     return topk_weight, topk_idx
 '''
-
-
-def _activations():
-    from transformers.activations import ACT2FN
-
-    return {"silu": nn.SiLU(), "hf-silu": ACT2FN["silu"], "gelu-tanh": nn.GELU(approximate="tanh"), "swish": ACT2FN["swish"],
-            "gelu-new": ACT2FN["gelu_new"]}  # T5 v1.1's dense_act_fn
 
 
 def migrate(source: str, code: str) -> str:
@@ -326,43 +264,6 @@ def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
     with counting(npu, "npu_gemma_rms_norm") as calls:
         after(x.requires_grad_()).sum().backward()  # the kernel has no backward: the original runs
     assert not calls and after.weight.grad is not None
-
-
-# -- SwiGLU -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mlps(npu):
-    migrated = migrate(MLPS, "NPU330")
-    assert migrated.count("npu_glue.swiglu(") == 3 and migrated.count("npu_glue.swiglu_halves(") == 1
-    activations = _activations()
-    return load(MLPS, ACTIVATIONS=activations), load(migrated, ACTIVATIONS=activations)
-
-
-@pytest.mark.parametrize("name,act", [("LlamaMLP", "silu"), ("LlamaMLP", "hf-silu"), ("LlamaMLP", "swish"),
-                                      ("LlamaMLP", "gelu-tanh"), ("FeedForward", None), ("Expert", "silu"),
-                                      ("Expert", "gelu-tanh"), ("GatedActDense", "hf-silu"),
-                                      ("GatedActDense", "gelu-new")])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_swiglu_forms_match_the_original(npu, mlps, name, act, dtype):
-    before, after = twins(*mlps, name, act, dtype=dtype)
-    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(4)).to(dtype)
-    with counting(npu, "npu_swiglu") as calls:
-        got = after(x)
-    want = before(x)
-    assert got.dtype == want.dtype
-    torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_swiglu", dtype))
-    assert len(calls) == (0 if act in ("gelu-tanh", "gelu-new") else 1), "fused exactly when the activation is SiLU"
-
-
-@pytest.mark.parametrize("name", ["LlamaMLP", "GatedActDense", "Expert"])
-def test_swiglu_gradients_match(npu, mlps, name):
-    before, after = twins(*mlps, name, "silu")
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
-    grads = []
-    for model in (before, after):
-        model(x).square().sum().backward()
-        grads.append([p.grad for p in model.parameters()])
-    for got, want in zip(grads[1], grads[0]):
-        torch.testing.assert_close(got, want, **tolerance("npu_swiglu", torch.float32))
 
 
 # -- MoE gating ---------------------------------------------------------------------------------
