@@ -4,7 +4,8 @@ Rules read the module, qualified names and the op table through the context and 
 it; they never change the tree or each other's state. Code this tool emitted on an earlier run is
 recognised by one marker: a guard, an ``if``/conditional expression whose test calls the vendored
 helper (``npu_glue.<check>(...)``, possibly ``and`` further conditions). Its fused branch and the
-original code kept as its fallback are both "already migrated".
+original code kept as its fallback (its ``else``, or for a fast path ``if <guard>: return ...``
+the statements after it in its block) are both "already migrated".
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ class FileContext:
         if self._guarded is None:
             self._guarded = set()
             if HELPER in self.tree.names(self.module):  # cheap: the module names the helper at all
+                parents = self.tree.parents()
                 for candidate in self.tree.subtree(self.module):
                     if isinstance(candidate, (cst.If, cst.IfExp)) and is_guard_test(candidate.test):
                         self._guarded.add(id(candidate))
+                        self._guarded.update(id(s) for s in _fallthrough_fallback(candidate, parents))
         if not self._guarded:
             return False
         parents = self.tree.parents()
@@ -111,6 +114,19 @@ class FileContext:
         body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
         first = next((s for s in body if not _is_docstring(s)), None)
         return isinstance(first, cst.If) and is_guard_test(first.test)
+
+
+def _fallthrough_fallback(guard: cst.CSTNode, parents) -> List[cst.CSTNode]:
+    """The statements after a fast path ``if <guard>: ... return ...`` (no else) in its block: the
+    original code that runs when the guard fails."""
+    if not isinstance(guard, cst.If) or guard.orelse is not None or not isinstance(guard.body, cst.IndentedBlock):
+        return []
+    last = guard.body.body[-1] if guard.body.body else None
+    if not (isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in last.body)):
+        return []
+    block = parents.get(id(guard))
+    body = list(getattr(block, "body", ()))
+    return body[body.index(guard) + 1:] if guard in body else []
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:

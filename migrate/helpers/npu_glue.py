@@ -673,3 +673,60 @@ def moe_gating_fits(logits, k, dim=-1):
     if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= min(logits.shape[-1], 1024):
         return False
     return _no_grad_needed(logits)
+
+
+def moe_softmax_v2_fits(logits, k, dim=-1):
+    """``moe_gating_fits`` for ``npu_moe_gating_top_k_softmax_v2``, which older torch_npu releases lack
+    (the original code runs there)."""
+    return hasattr(torch_npu, "npu_moe_gating_top_k_softmax_v2") and moe_gating_fits(logits, k, dim)
+
+
+#: npu_moe_gating_top_k's limits (aclnnMoeGatingTopK): at most 2048 experts, also once each group is
+#: rounded up to 32 experts
+MOE_MAX_EXPERTS = 2048
+#: the group score of the kernel: 0 = the group's max (``top`` 1), 1 = the sum of its two largest
+_GROUP_MODES = {1: 0, 2: 1}
+
+
+def _int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size=None, group_top=1, experts=None,
+                   routed_scaling_factor=1.0, zero_filled=False, norm_out=False, dtype=None):
+    """``npu_moe_gating_top_k(logits, k, bias=..., k_group=..., group_count=...)`` computes what the
+    original router does: 2-D float logits [tokens, E] with E <= 2048 (``experts``: the original
+    views its scores as [-1, experts] first), E split into ``group_count`` groups of ``group_size``
+    (as the original's view reads them), groups scored by their max or top-2 sum (``group_top``),
+    1 <= k_group <= group_count, 1 <= k <= k_group * E / group_count, a bias [E] of the logits'
+    dtype (``dtype``: the dtype the kernel gets the logits in, when the code casts them), a Python
+    number as scaling factor. ``zero_filled``: the original masks the experts of the
+    dropped groups to 0, not -inf, which only agrees when no kept expert scores below 0 (checked once
+    per bias tensor). ``norm_out``: the original reads the scores afterwards; the kernel returns them
+    without a gradient, so then nothing may need one."""
+    if not hasattr(torch_npu, "npu_moe_gating_top_k"):  # older torch_npu releases lack it
+        return False
+    if not torch.is_tensor(logits) or logits.dtype not in _FLOATS or logits.dim() != 2:
+        return False
+    num = logits.shape[-1]
+    if experts is not None and experts != num or not _int(group_count) or group_count < 1 or num % group_count:
+        return False
+    per_group = num // group_count
+    if group_size is not None and group_size not in (-1, per_group) or group_top not in _GROUP_MODES:
+        return False
+    if group_count > 1 and per_group <= _GROUP_MODES[group_top]:
+        return False
+    if -(-per_group // 32) * 32 * group_count > MOE_MAX_EXPERTS or num > MOE_MAX_EXPERTS:
+        return False
+    if not (_int(k_group) and 1 <= k_group <= group_count and _int(k) and 1 <= k <= per_group * k_group):
+        return False
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
+        return False
+    if bias is not None and not (torch.is_tensor(bias) and tuple(bias.shape) == (num,)
+                                 and bias.dtype == (dtype or logits.dtype) and bias.device == logits.device):
+        return False
+    if norm_out and not _no_grad_needed(logits):
+        return False
+    if zero_filled and bias is not None:
+        return _holds((bias,), {"nonnegative": lambda: (bias >= 0).all()})
+    return True

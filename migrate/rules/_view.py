@@ -315,7 +315,7 @@ class View:
             return Value("name", node=node, view=self, name=f"{base.name}.{node.attr.value}")
         if node.attr.value == "mT":
             return self._make("transposed", {"input": base}, node)
-        return Value("attr", {"input": base}, node=node, view=self, name=node.attr.value)
+        return self._make("attr", {"input": base}, node, name=node.attr.value)
 
     def _subscript(self, node: cst.Subscript) -> Value:
         base = self.value(node.value)

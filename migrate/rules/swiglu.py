@@ -32,7 +32,7 @@ from npu_migrate.migrate.defuse import read
 from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._attention_blockers import Blocked
-from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior, statement_of
+from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule

@@ -1,5 +1,5 @@
-"""NPU320 (RMSNorm), NPU340 (MoE gating; SwiGLU: test_swiglu_rules.py): the migrated code computes what the
-original computes under the emulated NPU, in float32 and bfloat16, with the weight dtype equal to or
+"""NPU320 (RMSNorm; SwiGLU and MoE gating: test_swiglu_rules.py, test_moe_gating_rules.py): the
+migrated code computes what the original computes under the emulated NPU, in float32 and bfloat16, with the weight dtype equal to or
 different from the input's, in inference and training. Each snippet is migrated with only its rule
 selected, both versions are executed, and the fused kernel is counted to show which path ran."""
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from npu_migrate import kernels
 from npu_migrate.migrate.engine import build_engine
@@ -121,32 +120,6 @@ class GemmaRMSNorm(nn.Module):
         output = output * (1.0 + self.weight.float())
         return output.type_as(x)
 '''
-
-ROUTER = '''
-import torch
-import torch.nn.functional as F
-
-
-def route(router_logits, top_k):
-    routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-    routing_weights, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
-    routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-    return routing_weights, selected_experts
-
-
-def route_upcast(router_logits, top_k):
-    router_probs = torch.nn.functional.softmax(router_logits.float(), dim=-1)
-    router_top_value, router_indices = torch.topk(router_probs, top_k, dim=-1)
-    router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
-    return router_top_value, router_indices
-
-
-def route_in_dtype(router_logits, top_k):
-    probs = router_logits.softmax(dim=-1)
-    topk_weight, topk_idx = probs.topk(top_k, dim=-1)
-    return topk_weight, topk_idx
-'''
-
 
 def migrate(source: str, code: str) -> str:
     result = build_engine(TABLE, select=[code]).migrate("snippet.py", source.encode())
@@ -264,42 +237,3 @@ def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
     with counting(npu, "npu_gemma_rms_norm") as calls:
         after(x.requires_grad_()).sum().backward()  # the kernel has no backward: the original runs
     assert not calls and after.weight.grad is not None
-
-
-# -- MoE gating ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def routers(npu):
-    migrated = migrate(ROUTER, "NPU340")
-    assert migrated.count("torch_npu.npu_moe_gating_top_k_softmax(") == 3
-    return load(ROUTER), load(migrated)
-
-
-@pytest.mark.parametrize("name", ["route", "route_upcast", "route_in_dtype"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_router_matches_the_original_in_inference(npu, routers, name, dtype):
-    logits = torch.randn(6, 8, generator=torch.Generator().manual_seed(6)).to(dtype)
-    with counting(npu, "npu_moe_gating_top_k_softmax") as calls, torch.no_grad():
-        weights, experts = routers[1][name](logits, 2)
-    want_weights, want_experts = routers[0][name](logits, 2)
-    assert len(calls) == 1
-    assert weights.dtype == want_weights.dtype and experts.dtype == want_experts.dtype == torch.int64
-    assert torch.equal(experts, want_experts)
-    torch.testing.assert_close(weights.float(), want_weights.float(),
-                               **tolerance("npu_moe_gating_top_k_softmax", dtype))
-
-
-def test_router_keeps_the_original_when_training(npu, routers):
-    logits = torch.randn(6, 8, generator=torch.Generator().manual_seed(7), requires_grad=True)
-    with counting(npu, "npu_moe_gating_top_k_softmax") as calls:
-        weights, _ = routers[1]["route"](logits, 2)
-        weights.sum().backward()
-    assert not calls and logits.grad is not None
-
-
-def test_router_with_three_d_logits_and_dim_one_falls_back(npu, routers):
-    logits = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(8))
-    with counting(npu, "npu_moe_gating_top_k_softmax") as calls, torch.no_grad():
-        got = routers[1]["route"](logits, 2)
-    want = routers[0]["route"](logits, 2)
-    assert not calls
-    assert all(torch.equal(g, w) for g, w in zip(got, want))
