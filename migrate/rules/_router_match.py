@@ -26,7 +26,6 @@ import libcst as cst
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._router_groups import Groups, masked
-from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._view import Value, View
 from npu_migrate.opmap import Fallback
 
@@ -89,15 +88,15 @@ def names_a_router(names, extra=()) -> bool:
     return any(word in name.lower() for name in (*names, *extra) for word in WORDS)
 
 
-def _binds_indices(topk: Value, parents) -> bool:
-    """``a, b = topk(...)`` or ``topk(...)[1]`` / ``.indices``: the statement reads the indices."""
+def _bound_items(topk: Value, parents) -> Optional[List[int]]:
+    """The items ``w, i = topk(...)`` binds to names (the indices among them), else None."""
     parent = parents.get(id(topk.node)) if topk.node is not None else None
-    if isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Tuple):
-        elements = parent.targets[0].target.elements
-        return len(elements) > 1 and not (isinstance(elements[1].value, cst.Name) and elements[1].value.value == "_")
-    if isinstance(parent, cst.Subscript):
-        return code(parent).endswith("[1]")
-    return isinstance(parent, cst.Attribute) and parent.attr.value == "indices"
+    if not (isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Tuple)):
+        return None
+    names = [e.value.value if isinstance(e.value, cst.Name) else None for e in parent.targets[0].target.elements]
+    if len(names) != 2 or names[1] in (None, "_"):
+        return None
+    return [i for i, name in enumerate(names) if name not in (None, "_")]
 
 
 class _Graph:
@@ -133,10 +132,14 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     indices = graph.items(topk, 1)
     firsts = graph.items(topk, 0)
     if not indices:
-        if _binds_indices(topk, graph.parents):  # bound, then lost to the view: set on one path of an if only
-            return Blocked(topk.node, "MoE router not fused: part of the router is computed inside a branch or loop "
-                                      "(if/for/with)", PLANS["scores"])
-        return None
+        bound = _bound_items(topk, graph.parents)
+        if bound is None:
+            return None
+        # bound by ``a, b = topk(...)``, then lost to the view (set on one path of an if only): the
+        # statement's names stand for them, whatever reads them later
+        firsts, indices = [Value("item", {"input": topk}, view=topk.view, number=i) for i in bound], \
+            [Value("item", {"input": topk}, view=topk.view, number=1)]
+        firsts = [item for item in firsts if item.number == 0]
     if any(use.op == "scatter" and use["index"] is index and number(use["src"]) == 1
            for index in indices for use in graph.uses(index)):
         return None  # the groups chosen for a group-limited router (a mask of ones), not the experts

@@ -70,6 +70,7 @@ FUNCTIONS: Dict[str, Spec] = {
     "torch.logical_not": ("invert", ("input",)),
     "torch.zeros_like": ("zeros_like", ("input", "dtype", "layout", "device", "requires_grad", "memory_format")),
     "torch.relu": ("relu", ("input",)),
+    "torch.clamp": ("clamp", ("input", "min", "max")),
     "torch.nn.functional.relu": ("relu", ("input", "inplace")),
     "torch.nn.functional.scaled_dot_product_attention": (
         "sdpa", ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")),
@@ -129,6 +130,7 @@ METHODS: Dict[str, Spec] = {
     "amax": ("amax", ("dim", "keepdim")),
     "logical_not": ("invert", ()),
     "relu": ("relu", ()),
+    "clamp": ("clamp", ("min", "max")),
 }
 
 #: the dtype a cast method names without an argument

@@ -20,8 +20,7 @@ from npu_migrate.migrate.rules._view import Value, View
 from npu_migrate.opmap import Fallback
 
 #: the view's ops for activations, and the kind each is
-ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "act": "runtime", "relu": "relu", "sigmoid": "sigmoid",
-               "tanh": "tanh"}
+ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "act": "runtime", "relu": "relu"}  # (sigmoid gates: not GLUs)
 #: ops that project a tensor with a weight that is not a module attribute
 TENSOR_PROJECTIONS = ("linear", "matmul", "einsum")
 
@@ -38,6 +37,10 @@ STACK_PLAN = Fallback("manual", (
     "Keep the original code (it runs on the NPU, unfused). To fuse it, store the gate and up weights as one "
     "tensor whose last output axis holds [gate | up], compute both with one product, split it with "
     "chunk(2, dim=-1), and run migrate again."))
+CLIPPED_PLAN = Fallback("manual", (
+    "Keep the original code (it runs on the NPU, unfused). torch_npu.npu_clipped_swiglu(x, dim=-1, alpha=1.0, "
+    "limit=<limit>, bias=0.0, interleaved=False) on [gate | up] computes silu(gate.clamp(max=limit)) * "
+    "up.clamp(-limit, limit): call it on the fused projection by hand and check with migrate parity on an NPU."))
 KERNEL_PLAN = Fallback("composite", (
     "torch_npu has fused gated-MLP kernels for SiLU (npu_swiglu) and GELU (npu_geglu) only: the original "
     "runs on the NPU unfused (activation and product as two element-wise kernels)."))
@@ -96,17 +99,26 @@ def _product(product: Value) -> Optional[Match]:
         if found is None:
             continue
         kind, gate = found
+        if gate.op == "clamp" or up.op == "clamp":  # gpt-oss/DeepSeek-V4 style limits on gate and up
+            clamped = _halves(product, act_value, kind, _unclamped(gate), _unclamped(up)) or \
+                _projections(product, act_value, kind, _unclamped(gate), _unclamped(up))
+            if clamped is not None:
+                return Blocked(product.node, "clamped SwiGLU not fused: npu_clipped_swiglu computes it, but the "
+                                             "emulated NPU cannot prove the rewrite", CLIPPED_PLAN)
         match = _halves(product, act_value, kind, gate, up) or _projections(product, act_value, kind, gate, up)
         if match is None:
             continue
         if isinstance(match, Gated) and kind not in ("silu", "gelu", "runtime"):
-            name = {"relu": "ReLU", "sigmoid": "sigmoid", "tanh": "tanh"}[kind]
-            return Blocked(product.node, f"{name}-gated MLP not fused: torch_npu has no fused kernel for it", KERNEL_PLAN)
+            return Blocked(product.node, "ReLU-gated MLP not fused: torch_npu has no fused kernel for it", KERNEL_PLAN)
         if isinstance(match, Gated) and kind == "gelu" and match.form == "tensors":
             return Blocked(product.node, "GeGLU (GELU-gated MLP) over einsum/matmul projections not fused: "
                                          "npu_geglu needs both halves in one tensor (a copy per call)", GEGLU_PLAN)
         return match
     return None
+
+
+def _unclamped(value: Value) -> Value:
+    return value.input if value.op == "clamp" and value.input is not None else value
 
 
 # -- the two halves of one projection ---------------------------------------------------------------

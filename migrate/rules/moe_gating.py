@@ -114,6 +114,11 @@ class MoeGating(Rule):
             if isinstance(piece, str):
                 return piece
             branch = branching(r, piece)
+            if branch is not None and r.probs is not None and not with_probs:
+                # the scores are computed before a branch the rest is in (DeepSeek-V2's topk_method): the
+                # region starts after them inside the branch; the kernel computes them again from the logits
+                piece = router_slice(view, outputs, [*operands, r.probs], parents)
+                branch = branch if isinstance(piece, str) else branching(r, piece)
             if branch is not None:
                 return branch
             written = self._code(r, piece, with_probs)
@@ -185,7 +190,7 @@ class MoeGating(Rule):
                 return parts
             checks, args = parts
             if x != logits:  # the kernel sees the logits cast: the bias must have that dtype
-                dtype = self._dtype_text(piece, r.logits, x)
+                dtype = self._dtype_text(piece, r.logits, r.dtype)
                 if dtype is None:
                     return "the dtype the router's scores are computed in is not a plain name"
                 checks.append(f"dtype={dtype}")
@@ -269,13 +274,14 @@ class MoeGating(Rule):
             text = text + suffix if suffix is not None else None
         return text
 
-    def _dtype_text(self, piece: Slice, value, x: str) -> Optional[str]:
-        """The dtype of the kernel's input ``x`` (the logits after their casts), as source."""
-        dtype = value["other"] if value.op == "cast" and value["other"] is not None else \
+    def _dtype_text(self, piece: Slice, value, softmax_dtype) -> Optional[str]:
+        """The dtype of the kernel's input (the logits after their casts and the softmax's ``dtype=``)."""
+        like = softmax_dtype is None and value.op == "cast" and value["other"] is not None
+        dtype = softmax_dtype if softmax_dtype is not None else value["other"] if like else \
             value["dtype"] if value.op == "cast" else None
         if dtype is None:
             return None
-        if value["other"] is not None:
+        if like:
             other = operand_code(piece, dtype)
             return f"{other}.dtype" if other is not None else None
         if dtype.node is not None:

@@ -39,7 +39,7 @@ from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 REPORT = "NPU331"
-HINTS = ("silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk", "act")
+HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
 REUSE_PLAN = Fallback("manual", (
     "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
     "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
@@ -60,8 +60,7 @@ class SwiGlu(Rule):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
             return
-        names = self.ctx.tree.names(node.body)
-        if not any(hint in name for name in names for hint in HINTS) and not names & self._aliases():
+        if not self._may_gate(node):
             return
         view = self.ctx.view(node)
         for match in gated_in(view):
@@ -74,6 +73,16 @@ class SwiGlu(Rule):
             problem = self._rewrite(match, view)
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
+
+    def _may_gate(self, func: cst.FunctionDef) -> bool:
+        """The cheap filter before the view is built: the function names an activation (or a split)
+        and multiplies."""
+        names = self.ctx.tree.names(func.body)
+        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+            return False
+        return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                                     or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
+                                     for n in self.ctx.tree.subtree(func.body))
 
     def _aliases(self) -> Set[str]:
         """Local names imported as an activation (``from torch.nn.functional import silu as swish``)."""
@@ -203,9 +212,10 @@ class SwiGlu(Rule):
                              if view.home(v) and not _inside(v.node, m.product.node, parents)) if at is not None and at < index}
         # (a split only makes views: its statement may stay when its halves are read elsewhere)
         options = [feeders | own, feeders] + ([set()] if m.form == "halves" else [])
-        here = view.env_before.get(id(block.body[index]), {})
         first = None
         for folded in options:
+            # the call runs where the folded statements were: names are read as before the first of them
+            here = view.env_before.get(id(block.body[min(folded, default=index)]), {})
             problem = _removable(view, block, sorted(folded), index, m.product.node)
             made = problem or self._call(m, lambda v: _operand(view, v, block, folded, here, m.product.node, parents))
             if not isinstance(made, str):
@@ -307,10 +317,67 @@ def _removable(view, block, feeders: List[int], index: int, product: cst.CSTNode
             if names is None:
                 return "an intermediate statement assigns to something other than names"
             defined |= set(names)
-    skip = {id(block.body[i]) for i in feeders} | {id(product)}
-    reused = sorted(defined & _reads_except(view.func.body, skip))
+    reused = sorted(name for name in defined if _read_elsewhere(view, block, feeders, index, product, name))
     if reused:
         return " and ".join(f"`{n}`" for n in reused) + " is read elsewhere in the function"
+    return None
+
+
+def _read_elsewhere(view, block, feeders: List[int], index: int, product, name: str) -> bool:
+    """Whether code other than the product reads the value the folded statements leave in ``name``:
+    later statements that still see that binding (``gate, up_states = up_states.chunk(2)`` then
+    ``up_states = up_states * act(gate)`` rebinds it, so reads after that do not count), the product's
+    own statement outside the product, and, inside a loop, any read of the name in the loop."""
+    stmt = block.body[index]
+    value = view.env_before.get(id(stmt), {}).get(name)
+    if name in _reads_except(stmt, {id(product)}):
+        return True
+    folded = {id(block.body[i]) for i in feeders} | {id(stmt)}
+    for other, env in _statements(view):
+        if id(other) not in folded and env.get(name) is value and name in read(_header(other)):
+            return True
+    loop = _enclosing_loop(block, view)
+    return loop is not None and name in _reads_except(loop, folded | {id(product)})
+
+
+def _statements(view):
+    """(statement, the bindings where it starts) for every statement the view read."""
+    for node in view.func.body.body if isinstance(view.func.body, cst.IndentedBlock) else ():
+        for found in _walk_statements(node):
+            yield found, view.env_before.get(id(found), {})
+
+
+def _walk_statements(stmt):
+    yield stmt
+    for name in ("body", "orelse", "finalbody", "handlers"):
+        part = getattr(stmt, name, None)
+        parts = part if isinstance(part, (tuple, list)) else [part]
+        for piece in parts:
+            inner = getattr(piece, "body", None)
+            if isinstance(piece, (cst.If, cst.Else, cst.Finally, cst.ExceptHandler, cst.IndentedBlock)) or inner is not None:
+                if isinstance(piece, cst.If):
+                    yield from _walk_statements(piece)
+                    continue
+                block = piece if isinstance(piece, cst.IndentedBlock) else inner
+                for child in getattr(block, "body", ()) if not isinstance(block, (tuple, list)) else block:
+                    if isinstance(child, cst.BaseStatement):
+                        yield from _walk_statements(child)
+
+
+def _header(stmt) -> List[cst.CSTNode]:
+    """What a statement reads itself (a compound statement's test or iterable, not its body)."""
+    if isinstance(stmt, cst.SimpleStatementLine) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt]
+    return [n for n in (getattr(stmt, "test", None), getattr(stmt, "iter", None)) if n is not None] + \
+        [item for item in getattr(stmt, "items", ())]
+
+
+def _enclosing_loop(block, view):
+    node = view.parents.get(id(block))
+    while node is not None and node is not view.func:
+        if isinstance(node, (cst.For, cst.While)):
+            return node
+        node = view.parents.get(id(node))
     return None
 
 

@@ -29,7 +29,7 @@ def migrate(source: str, *codes: str) -> str:
 @contextmanager
 def emulated_npu():
     """The emulated NPU with the vendored helper importable as ``npu_glue`` (fresh per use)."""
-    import torch._dynamo  # noqa: F401 - before the emulator patches torch (see tests/helpers/migrated_models.py)
+    import torch._dynamo  # noqa: F401 - imported before the emulator patches torch (tests/helpers/migrated_models.py)
 
     sys.path.insert(0, str(HELPERS))
     sys.modules.pop("npu_glue", None)

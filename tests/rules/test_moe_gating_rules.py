@@ -163,6 +163,32 @@ class LongcatRouter(nn.Module):
         return topk_weights.to(router_logits.dtype), topk_indices
 
 
+class DeepseekV2Router(nn.Module):
+    def __init__(self, topk_method="greedy"):
+        super().__init__()
+        self.top_k, self.num_experts, self.num_group, self.topk_group = 4, E, 4, 2
+        self.topk_method, self.routed_scaling_factor = topk_method, 16.0
+
+    def forward(self, router_logits):
+        scores = router_logits.softmax(dim=-1, dtype=torch.float32)
+        if self.topk_method == "greedy":
+            topk_weights, topk_indices = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        elif self.topk_method == "group_limited_greedy":
+            group_scores = scores.view(-1, self.num_group, self.num_experts // self.num_group).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores)
+            group_mask.scatter_(1, group_idx, 1)
+            score_mask = (
+                group_mask.unsqueeze(-1)
+                .expand(-1, self.num_group, self.num_experts // self.num_group)
+                .reshape(-1, self.num_experts)
+            )
+            scores = scores.masked_fill(~score_mask.bool(), 0.0)
+            topk_weights, topk_indices = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        topk_weights = topk_weights * self.routed_scaling_factor
+        return topk_weights, topk_indices
+
+
 class ScoresReturned(nn.Module):
     def __init__(self):
         super().__init__()
@@ -178,7 +204,7 @@ class ScoresReturned(nn.Module):
 '''
 
 SOFTMAX, V2, GROUPED = "npu_moe_gating_top_k_softmax", "npu_moe_gating_top_k_softmax_v2", "npu_moe_gating_top_k"
-EMITTED = {f"torch_npu.{SOFTMAX}(": 3, f"torch_npu.{V2}(": 3, f"torch_npu.{GROUPED}(": 5}
+EMITTED = {f"torch_npu.{SOFTMAX}(": 4, f"torch_npu.{V2}(": 3, f"torch_npu.{GROUPED}(": 6}
 # name -> (kernel, builds a module, takes a bias argument, returns the scores too)
 CASES = {
     "route": (SOFTMAX, False), "route_upcast": (SOFTMAX, False), "route_in_dtype": (SOFTMAX, False),
@@ -315,6 +341,16 @@ def test_group_score_from_a_config_value(npu, routers, top_in_group, fused):
         want, got = call(routers, "GroupedTopkRouter", logits(torch.float32), True, top_in_group=top_in_group)
     assert calls == {GROUPED: fused}, "the kernel scores a group by its max (1) or top-2 sum (2) only"
     check(want, got, GROUPED, torch.float32)
+
+
+@pytest.mark.parametrize("method,kernel", [("greedy", SOFTMAX), ("group_limited_greedy", GROUPED)])
+def test_each_branch_of_a_router_is_fused_on_its_own(npu, routers, method, kernel):
+    needs(npu, kernel)
+    present = [op for op in (SOFTMAX, GROUPED) if hasattr(npu, op)]
+    with counting(npu, *present) as calls, torch.no_grad():
+        want, got = call(routers, "DeepseekV2Router", logits(torch.float32), True, topk_method=method)
+    assert calls[kernel] == 1 and sum(calls.values()) == 1, "only the branch that runs is fused"
+    check(want, got, kernel, torch.float32)
 
 
 def test_softmax_router_with_three_d_logits_and_dim_one_falls_back(npu, routers):

@@ -148,6 +148,34 @@ class TokensEinsum(nn.Module):
         return F.silu(torch.einsum("btd,fd->btf", x, self.w1)) * torch.einsum("btd,fd->btf", x, self.w3)
 
 
+class Phi3MLP(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+        self.activation_fn = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
+
+
+class CpmAntDenseGatedACT(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.w_0 = nn.Linear(H, I, bias=False)
+        self.w_1 = nn.Linear(H, I, bias=False)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        gate_score = self.act(self.w_0(hidden_states))
+        hidden_states = self.w_1(hidden_states)
+        hidden_states = gate_score * hidden_states
+        return hidden_states
+
+
 class BmmExperts(nn.Module):
     def __init__(self, act=None):
         super().__init__()
@@ -158,7 +186,7 @@ class BmmExperts(nn.Module):
         return torch.bmm(x, self.w3) * F.silu(torch.bmm(x, self.w1))
 '''
 
-EMITTED = {"glu_linear(": 3, "swiglu_linear(": 1, "geglu_linear(": 1, "glu_halves(": 2, "geglu_halves(": 1,
+EMITTED = {"glu_linear(": 4, "swiglu_linear(": 1, "geglu_linear(": 1, "glu_halves(": 3, "geglu_halves(": 1,
            "swiglu_stacked(": 3}
 
 
@@ -210,7 +238,8 @@ def _run(npu, before, after, name, dtype, grad=False):
     return got, want, calls
 
 
-CASES = [(name, act) for name in ("LlamaMLP", "GatedActDense", "FeedForward", "Expert", "Experts")
+CASES = [(name, act) for name in ("LlamaMLP", "GatedActDense", "FeedForward", "Expert", "Experts", "Phi3MLP",
+                                  "CpmAntDenseGatedACT")
          for act in ("silu", "hf-silu", "swish", "gelu", "gelu-tanh", "gelu-new", "gelu-pytorch-tanh", "relu",
                      "quick-gelu")]
 CASES += [("LitLLaMAMLP", None), ("GeGLU", "tanh"), ("GeGLU", "none"), ("GeGLUHalves", "none"),
