@@ -698,9 +698,9 @@ def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size
     original router does: 2-D float logits [tokens, E] with E <= 2048 (``experts``: the original
     views its scores as [-1, experts] first), E split into ``group_count`` groups of ``group_size``
     (as the original's view reads them), groups scored by their max or top-2 sum (``group_top``),
-    1 <= k_group <= group_count, 1 <= k <= k_group * E / group_count, a bias [E] of the logits'
-    dtype (``dtype``: the dtype the kernel gets the logits in, when the code casts them), a Python
-    number as scaling factor. ``zero_filled``: the original masks the experts of the
+    1 <= k_group <= group_count, 1 <= k <= k_group * E / group_count, a bias [E] whose dtype the
+    logits' holds (``dtype``: the dtype the kernel gets the logits in, when the code casts them; the
+    call casts the bias to it, as ``scores + bias`` promotes it), a Python number as scaling factor. ``zero_filled``: the original masks the experts of the
     dropped groups to 0, not -inf, which only agrees when no kept expert scores below 0 (checked once
     per bias tensor). ``norm_out``: the original reads the scores afterwards; the kernel returns them
     without a gradient, so then nothing may need one."""
@@ -722,8 +722,9 @@ def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size
         return False
     if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
         return False
-    if bias is not None and not (torch.is_tensor(bias) and tuple(bias.shape) == (num,)
-                                 and bias.dtype == (dtype or logits.dtype) and bias.device == logits.device):
+    want = dtype or logits.dtype  # the bias is cast to it: exact when the scores' dtype holds the bias's
+    if bias is not None and not (torch.is_tensor(bias) and tuple(bias.shape) == (num,) and bias.dtype in _FLOATS
+                                 and torch.promote_types(bias.dtype, want) == want and bias.device == logits.device):
         return False
     if norm_out and not _no_grad_needed(logits):
         return False

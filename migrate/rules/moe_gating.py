@@ -189,11 +189,14 @@ class MoeGating(Rule):
             if isinstance(parts, str):
                 return parts
             checks, args = parts
-            if x != logits:  # the kernel sees the logits cast: the bias must have that dtype
+            dtype = f"{logits}.dtype"
+            if x != logits:  # the kernel sees the logits cast: the bias must fit that dtype
                 dtype = self._dtype_text(piece, r.logits, r.dtype)
                 if dtype is None:
                     return "the dtype the router's scores are computed in is not a plain name"
                 checks.append(f"dtype={dtype}")
+            # scores + bias promote the bias to the scores' dtype (guarded to be exact): the kernel gets it so
+            args = [f"{a}.to({dtype})" if a.startswith("bias=") else a for a in args]
             guard = f"{HELPER}.moe_top_k_fits({', '.join([logits, k, *checks])})"
             call = f"torch_npu.npu_moe_gating_top_k({', '.join([x, k, *args])})"
         for flag in r.flags:
