@@ -120,7 +120,7 @@ def _rms_norm(view: View) -> List[Value]:
 
 
 def _is_projection(value: Optional[Value]) -> bool:
-    value = _peel(value)
+    value = _peel(value, ("cast", "same", "channels"))  # a half or the even channels of a projection too
     return value is not None and value.op in PROJECTIONS
 
 

@@ -694,6 +694,133 @@ def swiglu_linear(act, gate, up, x, *, up_first=False):
     return act(gate_out) * up_out
 
 
+#: transformers' GELU activation classes (``ACT2FN["gelu_new"]``, ...) and the approximation each computes
+_GELU_CLASSES = {"GELUActivation": "none", "GELUTanh": "tanh", "PytorchGELUTanh": "tanh", "NewGELUActivation": "tanh",
+                 "FastGELUActivation": "tanh", "AccurateGELUActivation": "tanh"}
+#: npu_geglu's ``approximate``: 0 = erf GELU (F.gelu's "none"), 1 = tanh
+_GELU_MODES = {"none": 0, "tanh": 1}
+_geglu_first_flag = {}  # device -> the activate_left value that makes npu_geglu activate the FIRST half
+
+
+def gelu_approximation(act):
+    """"none" or "tanh" when ``act`` is a GELU (``F.gelu``, ``nn.GELU``, transformers' GELU classes), else None."""
+    if act is torch.nn.functional.gelu:
+        return "none"
+    if type(act) is torch.nn.GELU:
+        return act.approximate if act.approximate in _GELU_MODES else None
+    cls = type(act)
+    return _GELU_CLASSES.get(cls.__name__) if cls.__module__.startswith("transformers.") else None
+
+
+def is_glu(act):
+    """Whether ``act`` is an activation of a fused gated-MLP kernel: SiLU (npu_swiglu) or GELU (npu_geglu)."""
+    return is_silu(act) or gelu_approximation(act) is not None
+
+
+def _geglu_first(device):
+    """The ``activate_left`` that makes npu_geglu activate the first half on ``device``: CANN versions
+    document opposite meanings of the flag, so it is asked of the kernel once per device (one tiny call
+    and one sync per process); None under torch.compile before it is known."""
+    flag = _geglu_first_flag.get(device)
+    if flag is None and not _compiling():
+        with torch.no_grad():
+            probe = torch.tensor([[1.0, 2.0]], device=device)
+            out = float(torch_npu.npu_geglu(probe, dim=-1, approximate=0, activate_left=True)[0])
+        first, second = 2 * 0.5 * (1 + math.erf(1 / math.sqrt(2))), 2 * 0.5 * (1 + math.erf(2 / math.sqrt(2)))
+        flag = _geglu_first_flag[device] = abs(out - first) < abs(out - second)
+    return flag
+
+
+def _geglu(gate_up, approximate):
+    """npu_geglu on [gate | up] with the gate activated, or None when it does not apply."""
+    mode = _GELU_MODES.get(approximate)
+    if mode is None or not _swiglu_input_fits(gate_up):
+        return None
+    flag = _geglu_first(gate_up.device)
+    return None if flag is None else torch_npu.npu_geglu(gate_up, dim=-1, approximate=mode, activate_left=flag)[0]
+
+
+def _gelu(act, approximate):
+    return act if act is not None else lambda t: torch.nn.functional.gelu(t, approximate=approximate)
+
+
+def geglu_halves(act, gate_up, approximate=None):
+    """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` for a GELU ``act`` (``None``: ``F.gelu``
+    with ``approximate``) on npu_geglu, the original elsewhere."""
+    fused = _geglu(gate_up, approximate or gelu_approximation(act))
+    if fused is not None:
+        return fused
+    gate, up = gate_up.chunk(2, dim=-1)
+    return _gelu(act, approximate)(gate) * up
+
+
+def geglu_linear(act, gate, up, x, *, approximate=None, up_first=False):
+    """``act(gate(x)) * up(x)`` for a GELU ``act`` (``None``: ``F.gelu`` with ``approximate``) and two
+    nn.Linear projections: one matmul against the cached [gate; up] weight (as ``swiglu_linear``),
+    then npu_geglu; the original elsewhere."""
+    approximate = approximate or gelu_approximation(act)
+    gelu = _gelu(act, approximate)
+    fits = (CONCAT_WEIGHTS and approximate in _GELU_MODES and torch.is_tensor(x) and x.numel() > 0
+            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
+            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
+            and x.shape[-1] == gate.weight.shape[1] and _geglu_first(x.device) is not None)
+    if not fits and up_first:
+        up_out = up(x)
+        return gelu(gate(x)) * up_out
+    if not fits:
+        return gelu(gate(x)) * up(x)
+    weight, bias = _concat(gate, up)
+    params = (gate.weight, up.weight, gate.bias, up.bias)
+    if _compiling() or _no_grad_needed(*params):
+        gate_up = torch.nn.functional.linear(x, weight, bias)
+    else:
+        gate_up = _PairedLinear.apply(x, weight, bias, *params)
+    fused = _geglu(gate_up, approximate)
+    if fused is not None:
+        return fused
+    gate_out, up_out = gate_up.chunk(2, dim=-1)
+    return gelu(gate_out) * up_out
+
+
+def glu_halves(act, gate_up):
+    """``swiglu_halves`` or ``geglu_halves`` for an activation known only at run time (``ACT2FN[...]``)."""
+    if gelu_approximation(act) is not None:
+        return geglu_halves(act, gate_up)
+    return swiglu_halves(act, gate_up)
+
+
+def glu_linear(act, gate, up, x, *, up_first=False):
+    """``swiglu_linear`` or ``geglu_linear`` for an activation known only at run time (``ACT2FN[...]``)."""
+    if gelu_approximation(act) is not None:
+        return geglu_linear(act, gate, up, x, up_first=up_first)
+    return swiglu_linear(act, gate, up, x, up_first=up_first)
+
+
+_stacked = _Memo(size=256)  # swiglu_stacked's [gate | up] weights, per weight version (one per expert)
+
+
+def swiglu_stacked(act, x, gate_weight, up_weight, *, equation=None, dim=-1, up_first=False):
+    """``act(p(x, gate_weight)) * p(x, up_weight)`` where ``p`` is ``torch.einsum(equation, ...)`` or,
+    without an equation, ``torch.matmul``: one product against the two weights concatenated along
+    ``dim`` (the weight axis that becomes the output's last; built once per weight version), whose
+    output is npu_swiglu's [gate | up] input. Inference only (the weights must not need gradients);
+    elsewhere the original runs."""
+    product = (lambda a, w: torch.einsum(equation, a, w)) if equation else torch.matmul
+    fits = (CONCAT_WEIGHTS and is_silu(act) and not _compiling() and torch.is_tensor(x)
+            and torch.is_tensor(gate_weight) and torch.is_tensor(up_weight) and gate_weight.shape == up_weight.shape
+            and gate_weight.dtype == up_weight.dtype and _versioned(gate_weight) and _versioned(up_weight)
+            and _no_grad_needed(gate_weight, up_weight))
+    if fits:
+        weight = _stacked.get((gate_weight, up_weight), ("stack", dim), lambda: torch.cat((gate_weight, up_weight), dim=dim))
+        gate_up = product(x, weight)
+        if _swiglu_input_fits(gate_up):
+            return torch_npu.npu_swiglu(gate_up, dim=-1)
+    if up_first:
+        up_out = product(x, up_weight)
+        return act(product(x, gate_weight)) * up_out
+    return act(product(x, gate_weight)) * product(x, up_weight)
+
+
 # -- MoE gating ---------------------------------------------------------------------------------------
 
 
@@ -709,3 +836,61 @@ def moe_gating_fits(logits, k, dim=-1):
     if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= min(logits.shape[-1], 1024):
         return False
     return _no_grad_needed(logits)
+
+
+def moe_softmax_v2_fits(logits, k, dim=-1):
+    """``moe_gating_fits`` for ``npu_moe_gating_top_k_softmax_v2``, which older torch_npu releases lack
+    (the original code runs there)."""
+    return hasattr(torch_npu, "npu_moe_gating_top_k_softmax_v2") and moe_gating_fits(logits, k, dim)
+
+
+#: npu_moe_gating_top_k's limits (aclnnMoeGatingTopK): at most 2048 experts, also once each group is
+#: rounded up to 32 experts
+MOE_MAX_EXPERTS = 2048
+#: the group score of the kernel: 0 = the group's max (``top`` 1), 1 = the sum of its two largest
+_GROUP_MODES = {1: 0, 2: 1}
+
+
+def _int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size=None, group_top=1, experts=None,
+                   routed_scaling_factor=1.0, zero_filled=False, norm_out=False, dtype=None):
+    """``npu_moe_gating_top_k(logits, k, bias=..., k_group=..., group_count=...)`` computes what the
+    original router does: 2-D float logits [tokens, E] with E <= 2048 (``experts``: the original
+    views its scores as [-1, experts] first), E split into ``group_count`` groups of ``group_size``
+    (as the original's view reads them), groups scored by their max or top-2 sum (``group_top``),
+    1 <= k_group <= group_count, 1 <= k <= k_group * E / group_count, a bias [E] whose dtype the
+    logits' holds (``dtype``: the dtype the kernel gets the logits in, when the code casts them; the
+    call casts the bias to it, as ``scores + bias`` promotes it), a Python number as scaling factor. ``zero_filled``: the original masks the experts of the
+    dropped groups to 0, not -inf, which only agrees when no kept expert scores below 0 (checked once
+    per bias tensor). ``norm_out``: the original reads the scores afterwards; the kernel returns them
+    without a gradient, so then nothing may need one."""
+    if not hasattr(torch_npu, "npu_moe_gating_top_k"):  # older torch_npu releases lack it
+        return False
+    if not torch.is_tensor(logits) or logits.dtype not in _FLOATS or logits.dim() != 2:
+        return False
+    num = logits.shape[-1]
+    if experts is not None and experts != num or not _int(group_count) or group_count < 1 or num % group_count:
+        return False
+    per_group = num // group_count
+    if group_size is not None and group_size not in (-1, per_group) or group_top not in _GROUP_MODES:
+        return False
+    if group_count > 1 and per_group <= _GROUP_MODES[group_top]:
+        return False
+    if -(-per_group // 32) * 32 * group_count > MOE_MAX_EXPERTS or num > MOE_MAX_EXPERTS:
+        return False
+    if not (_int(k_group) and 1 <= k_group <= group_count and _int(k) and 1 <= k <= per_group * k_group):
+        return False
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
+        return False
+    want = dtype or logits.dtype  # the bias is cast to it: exact when the scores' dtype holds the bias's
+    if bias is not None and not (torch.is_tensor(bias) and tuple(bias.shape) == (num,) and bias.dtype in _FLOATS
+                                 and torch.promote_types(bias.dtype, want) == want and bias.device == logits.device):
+        return False
+    if norm_out and not _no_grad_needed(logits):
+        return False
+    if zero_filled and bias is not None:
+        return _holds((bias,), {"nonnegative": lambda: (bias >= 0).all()})
+    return True

@@ -15,6 +15,9 @@ Adding a spelling is adding one rule here:
 * ``torch.einsum("bhqd,bhkd->bhqk", q, k)`` → ``matmul(q, transposed(k))``, ``"bhqk,bhkd->bhqd"``
   → ``matmul(p, v)`` (any batch letters; the contraction over the last dims)
 * ``x.to(x.dtype)``-like casts keep their op; ``same`` (``contiguous``, ``clone``) is looked through
+* ``t.topk(k)[1]``, ``t.topk(k).indices``, ``torch.max(t, -1)[0]``, ``t.chunk(2)[0]`` → ``item(t, i)``,
+  the value tuple unpacking gives (``values, indices = t.topk(k)``); ``t.max(dim).values`` →
+  ``amax(t, dim)``
 """
 
 from __future__ import annotations
@@ -234,7 +237,8 @@ def _channels_value(value, x, part, rank=None, pairs=None):
     from npu_migrate.migrate.rules._view import Value
 
     kw = {"input": x} if pairs is None else {"input": x, "pairs": pairs}
-    return Value("channels", kw, node=value.node, view=value.view, name=part, number=rank)
+    via = value if value.node is None else None  # an item bound by unpacking: its split's statement computes it
+    return Value("channels", kw, node=value.node, view=value.view, name=part, number=rank, via=via)
 
 
 def _sliced_channels(value):
@@ -363,3 +367,31 @@ def _reshaped_pairs(value):
     if len(items) == 2 and same_shape(_shape_prefix(items[0], 2), x) and number(items[1]) == -1:
         return _derived(value, "flatten", {"input": x, "start_dim": const(-2)})
     return value
+#: ops whose result is a tuple of tensors, and the names of the fields of their named tuples
+TUPLES = {"topk": ("values", "indices"), "max": ("values", "indices"), "sort": ("values", "indices"),
+          "chunk": (), "split": (), "unbind": ()}
+
+
+@rule
+def _item(value):
+    """One element of a tuple result, however it is read: ``[i]``, ``.values``/``.indices``, unpacking."""
+    from npu_migrate.migrate.rules._view import Value
+
+    source, index = value.input, None
+    if source is None or source.op not in TUPLES:
+        return value
+    if value.op == "getitem" and set(value.kw) == {"input", "index0"}:
+        index = number(value["index0"])
+    elif value.op == "attr" and value.name in TUPLES[source.op]:
+        index = TUPLES[source.op].index(value.name)
+    elif value.op == "item":
+        index = value.number
+    if index is None or index != int(index) or (index < 0 and source.op != "chunk"):
+        return value
+    if source.op == "max" and index == 0 and source["dim"] is not None:  # t.max(dim).values
+        return Value("amax", {"input": source.input, "dim": source["dim"], **({"keepdim": source["keepdim"]}
+                                                                             if source["keepdim"] else {})},
+                     node=value.node, view=value.view)
+    if value.op == "item":
+        return value
+    return Value("item", {"input": source}, node=value.node, view=value.view, number=index)

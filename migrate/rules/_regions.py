@@ -27,6 +27,8 @@ VIEW_METHODS = {"transpose", "permute", "view", "unsqueeze", "squeeze", "expand"
 def children_of(value: Value) -> Iterable[Value]:
     yield from value.kw.values()
     yield from value.items
+    if value.via is not None:
+        yield value.via
 
 
 def interior(root: Value, operands: Sequence[Value]) -> List[Value]:

@@ -66,6 +66,14 @@ FUNCTIONS: Dict[str, Spec] = {
     "torch.nn.functional.linear": ("linear", ("input", "weight", "bias")),
     "torch.unflatten": ("unflatten", ("input", "dim", "sizes")),
     "torch.unbind": ("unbind", ("input", "dim")),
+    "torch.gather": ("gather", ("input", "dim", "index")),
+    "torch.sum": ("sum", ("input", "dim", "keepdim", "dtype")),
+    "torch.amax": ("amax", ("input", "dim", "keepdim")),
+    "torch.logical_not": ("invert", ("input",)),
+    "torch.zeros_like": ("zeros_like", ("input", "dtype", "layout", "device", "requires_grad", "memory_format")),
+    "torch.relu": ("relu", ("input",)),
+    "torch.clamp": ("clamp", ("input", "min", "max")),
+    "torch.nn.functional.relu": ("relu", ("input", "inplace")),
     "torch.nn.functional.scaled_dot_product_attention": (
         "sdpa", ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")),
 }
@@ -121,6 +129,11 @@ METHODS: Dict[str, Spec] = {
     "dim": ("ndim", ()),
     "scatter": ("scatter", ("dim", "index", "src")),
     "gather": ("gather", ("dim", "index")),
+    "max": ("max", ("dim", "keepdim")),
+    "amax": ("amax", ("dim", "keepdim")),
+    "logical_not": ("invert", ()),
+    "relu": ("relu", ()),
+    "clamp": ("clamp", ("min", "max")),
 }
 
 #: the dtype a cast method names without an argument
@@ -136,6 +149,7 @@ MODULES: Dict[str, Spec] = {
     "torch.nn.modules.dropout.Dropout": ("dropout", ("input",)),
     "torch.nn.Sigmoid": ("sigmoid", ("input",)),
     "torch.nn.Tanh": ("tanh", ("input",)),
+    "torch.nn.ReLU": ("relu", ("input",)),
     "torch.nn.Linear": ("linear", ("input",)),
     "torch.nn.RMSNorm": ("rms_norm_module", ("input",)),
 }
@@ -144,6 +158,7 @@ OPERATORS = {
     cst.Multiply: "mul", cst.Divide: "div", cst.Add: "add", cst.Subtract: "sub", cst.MatrixMultiply: "matmul",
     cst.Power: "pow", cst.FloorDivide: "floordiv", cst.Modulo: "mod",
 }
+UNARY = {cst.BitInvert: "invert"}
 AUGMENTED = {
     cst.MultiplyAssign: "mul", cst.DivideAssign: "div", cst.AddAssign: "add", cst.SubtractAssign: "sub",
     cst.MatrixMultiplyAssign: "matmul", cst.PowerAssign: "pow",

@@ -23,7 +23,7 @@ import libcst as cst
 
 from npu_migrate.migrate.defuse import defined
 from npu_migrate.migrate.rules._normal import normalise
-from npu_migrate.migrate.rules._spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS
+from npu_migrate.migrate.rules._spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from npu_migrate.migrate.tree import children
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]
@@ -40,6 +40,7 @@ class Value:
     name: Optional[str] = None  # param / free / attr / module names, qualified constants, strings
     number: Optional[float] = None  # numeric constants
     items: Tuple["Value", ...] = ()  # tuple and list elements
+    via: Optional["Value"] = None  # what a normalised value was read from (a split's item): walked, not compared
 
     def __getitem__(self, key: str) -> Optional["Value"]:
         return self.kw.get(key)
@@ -222,7 +223,13 @@ class View:
             if not top:
                 self.opaque_exit = True
         elif isinstance(small, cst.Expr):
-            self.value(small.value)
+            value = self.value(small.value)
+            receiver = _in_place_receiver(small.value)
+            if receiver is not None and receiver in self.env:  # x.scatter_(...): x now holds the result
+                old = self.env[receiver]
+                for name, bound in list(self.env.items()):
+                    if bound is old:
+                        self.env[name] = value
 
     def bind(self, target: cst.BaseExpression, value: Value) -> None:
         if isinstance(target, cst.Name):
@@ -286,7 +293,8 @@ class View:
                 if inner.op == "const":
                     return Value("const", node=node, view=self, number=-inner.number)
                 return self._make("neg", {"input": inner}, node)
-            return Value("opaque", {"input": inner}, node=node, view=self)
+            op = UNARY.get(type(node.operator))
+            return self._make(op, {"input": inner}, node) if op else Value("opaque", {"input": inner}, node=node, view=self)
         if isinstance(node, (cst.Tuple, cst.List)):
             items = tuple(Value("unpack", {"input": self.value(e.value)}, view=self)
                           if isinstance(e, cst.StarredElement) else self.value(e.value) for e in node.elements)
@@ -313,7 +321,7 @@ class View:
             return Value("name", node=node, view=self, name=f"{base.name}.{node.attr.value}")
         if node.attr.value == "mT":
             return self._make("transposed", {"input": base}, node)
-        return Value("attr", {"input": base}, node=node, view=self, name=node.attr.value)
+        return self._make("attr", {"input": base}, node, name=node.attr.value)
 
     def _subscript(self, node: cst.Subscript) -> Value:
         base = self.value(node.value)
@@ -365,8 +373,9 @@ class View:
             receiver = self.value(func.value)
             method = func.attr.value
             is_self = receiver.op == "param" and receiver.name in ("self", "cls")  # a module, not a tensor
-            if receiver.op not in ("name", "free") and not is_self and method in METHODS:
-                op, params = METHODS[method]
+            spec = METHODS.get(method) or (METHODS.get(method[:-1]) if _in_place(method) else None)
+            if receiver.op not in ("name", "free") and not is_self and spec is not None:
+                op, params = spec
                 kw = self._arguments(node, params)
                 if kw is not None:
                     kw["input"] = receiver
@@ -473,6 +482,17 @@ def _ends_in_return(suite) -> bool:
 
 def _decorated(func: cst.FunctionDef, name: str) -> bool:
     return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in func.decorators)
+def _in_place(method: str) -> bool:
+    """``scatter_``, ``masked_fill_``: the in-place variant of a method (not a dunder)."""
+    return method.endswith("_") and not method.endswith("__")
+
+
+def _in_place_receiver(node: cst.CSTNode) -> Optional[str]:
+    """``x`` for a statement ``x.<method>_(...)`` that updates the local tensor ``x`` in place."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+            and _in_place(node.func.attr.value):
+        return node.func.value.value
+    return None
 
 
 def _dotted(node: cst.CSTNode) -> bool:

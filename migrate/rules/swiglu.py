@@ -1,283 +1,425 @@
-"""NPU330/NPU331: SwiGLU MLPs → ``torch_npu.npu_swiglu`` (which activates the FIRST half).
+"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half).
 
-Recognised, where ``act`` is SiLU or may be (``F.silu``, ``self.act_fn`` set to ``nn.SiLU()`` or
-to something only known at run time such as ``ACT2FN[config.hidden_act]``):
+Matched on the dataflow view (``_swiglu_match``), so a gated MLP is found however it is spelled:
+``act(gate) * up`` or ``up * act(gate)``, in one expression or over several statements (litgpt's
+``x_fc_1 = self.fc_1(x)``, ``x_fc_2 = self.fc_2(x)``, ``silu(x_fc_1) * x_fc_2``), with ``act``
+being ``F.silu``, ``nn.SiLU``, ``x * sigmoid(x)``, an ``ACT2FN[...]`` attribute or a module passed to
+the constructor (torchtune's ``FeedForward``: resolved at run time by the vendored helper):
 
-* separate projections of one input, ``act(self.gate(x)) * self.up(x)`` →
-  ``npu_glue.swiglu(act, self.gate(x), self.up(x))``;
-* the same over three consecutive statements (T5's ``T5DenseGatedActDense``), ``a = act(self.gate(x))``
-  and ``b = self.up(x)`` (either order) then ``a * b`` → ``npu_glue.swiglu(act, self.gate(x),
-  self.up(x))`` in place of the product, the two assignments removed (their comments kept); when
-  ``a`` or ``b`` is read anywhere else it is reported (NPU331) instead;
-* a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` followed by
-  ``act(gate) * up`` → ``npu_glue.swiglu_halves(act, self.gate_up(x))`` (the split is removed).
+* two projections of one input → ``npu_glue.swiglu(act, gate, up)``;
+* a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` →
+  ``npu_glue.swiglu_halves(act, self.gate_up(x))``; with a GELU gate (``F.gelu``/``nn.GELU`` of
+  either approximation) → ``npu_glue.geglu_halves(self.gate_up(x), approximate)``;
+* an up projection applied under a flag (torchtune's ``h = act(w1(x)); if self.w3 is not None:
+  h = h * self.w3(x)``) → a guarded region whose fused branch runs when the flag holds.
 
-The helpers (vendored ``npu_glue.py``) call ``torch_npu.npu_swiglu`` when ``act`` is SiLU at run
-time and the halves fit, and compute the original ``act(gate) * up`` otherwise, so a model built
-with another activation (a GELU config) keeps its exact behaviour. Reported (NPU331): GeGLU
-(``gelu`` gate: ``npu_geglu``'s half order and GELU approximation differ between CANN versions) and
-a fused split whose SECOND half is activated.
+Statements that only compute the operands are folded into the call (their comments kept); names they
+bind must be read nowhere else. The helpers check at run time what cannot be proven (the activation
+is SiLU, shapes and dtypes fit) and compute the original ``act(gate) * up`` otherwise, so a model
+configured with another activation keeps its exact behaviour. Reported (NPU331): GeGLU over separate
+projections (npu_geglu needs one tensor: a copy per call), splits whose second half is activated,
+other activations (ReLU, sigmoid), and sites whose intermediate values are read elsewhere.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.edits import Replace, Splice, code
-from npu_migrate.migrate.rules._dataflow import (
-    Expr, assigned_name, bind, last_dim, names_in, number, same, tuple_targets, uses, walk,
-)
+from npu_migrate.migrate.defuse import read
+from npu_migrate.migrate.edits import Replace, Splice, code as template
+from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.rules._attention_blockers import Blocked
+from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
+from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
+from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
 
 REPORT = "NPU331"
-SILU = ("torch.nn.functional.silu", "torch.nn.SiLU")
-GELU = ("torch.nn.functional.gelu", "torch.nn.GELU")
-GEGLU_PLAN = Fallback(
-    "manual",
-    "Keep the original code (it runs on the NPU, unfused). To fuse, use torch_npu.npu_geglu on "
-    "torch.cat of the two halves, with approximate=0 for erf GELU or 1 for tanh, and check on your "
-    "CANN version which half it activates (activate_left) before trusting it; compare with migrate parity.",
-)
-ORDER_PLAN = Fallback(
-    "manual",
-    "npu_swiglu activates the first half. Reorder the fused projection's output rows so the gate comes "
-    "first (swap the two halves of the weight, and of the bias, when loading the checkpoint), then use "
-    "torch_npu.npu_swiglu(gate_up, dim=-1).",
-)
-REUSE_PLAN = Fallback(
-    "manual",
-    "Folding the three statements into one npu_glue.swiglu call would change what the other read sees. Keep "
-    "the original code (it runs on the NPU, unfused), or keep gate = self.<gate>(x) and up = self.<up>(x) as "
-    "plain projections, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU "
-    "at run time), and compute act(gate) separately only where it is read.",
-)
+HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
+REUSE_PLAN = Fallback("manual", (
+    "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
+    "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
+    "product, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU at run "
+    "time), and compute act(gate) separately only where it is read."))
+SILU = "torch.nn.functional.silu"
+ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
+Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node for the placeholder)
 
 
 class SwiGlu(Rule):
     code = "NPU330"
     codes = ("NPU330", REPORT)
     name = "swiglu"
-    summary = "act(gate(x)) * up(x) with a SiLU gate → torch_npu.npu_swiglu (SiLU checked at run time)"
-    triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU")
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._attributes: List[Dict[str, cst.BaseExpression]] = []  # per enclosing class: self.X = value in __init__
-        self._functions: List[cst.FunctionDef] = []
-        self._handled: set = set()
-
-    # -- context -------------------------------------------------------------------------------
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        found: Dict[str, cst.BaseExpression] = {}
-        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-        for init in (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
-            for stmt in init.body.body if isinstance(init.body, cst.IndentedBlock) else ():
-                for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
-                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                        target = small.targets[0].target
-                        if isinstance(target, cst.Attribute) and _is_self(target.value):
-                            found[target.attr.value] = small.value
-        self._attributes.append(found)
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self._attributes.pop()
+    summary = "act(gate(x)) * up(x) with a SiLU or GELU gate → torch_npu.npu_swiglu / npu_geglu (checked at run time)"
+    triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
+        if self.ctx.is_helper:
+            return
+        if not self._may_gate(node):
+            return
+        view = self.ctx.view(node)
+        for match in gated_in(view):
+            where = match.product.node if isinstance(match, Gated) else match.node
+            if self.ctx.migrated(where):
+                continue  # a fused call or the fallback of a guard emitted before
+            if isinstance(match, Blocked):
+                self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
+                continue
+            problem = self._rewrite(match, view)
+            if problem is not None:
+                self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.pop()
+    def _may_gate(self, func: cst.FunctionDef) -> bool:
+        """The cheap filter before the view is built: the function names an activation (or a split)
+        and multiplies."""
+        names = self.ctx.tree.names(func.body)
+        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+            return False
+        return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                                     or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
+                                     for n in self.ctx.tree.subtree(func.body))
 
-    # -- the activation ---------------------------------------------------------------------------
-    def _activation(self, call: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
-        """("silu" | "gelu" | "unknown", argument) for a one-argument call of an activation."""
-        if not (isinstance(call, cst.Call) and len(call.args) == 1 and call.args[0].keyword is None
-                and not call.args[0].star):
-            return None
-        func, argument = call.func, call.args[0].value
-        qualified = self.qualified_name(func)
-        if qualified is not None:
-            kind = "silu" if qualified in SILU[:1] else "gelu" if qualified in GELU[:1] else None
-            return (kind, argument) if kind else None
-        if isinstance(func, cst.Attribute) and _is_self(func.value) and self._attributes:
-            value = self._attributes[-1].get(func.attr.value)
-            if value is None:
-                return None  # not set in __init__: not an activation we can reason about
-            made = self.qualified_name(value.func) if isinstance(value, cst.Call) else self.qualified_name(value)
-            if made in SILU:
-                return "silu", argument
-            if made in GELU:
-                return "gelu", argument
-            if isinstance(value, (cst.Subscript, cst.Call)) and not (made or "").startswith("torch."):
-                return "unknown", argument  # ACT2FN[...], get_activation(...): known only at run time
+    def _aliases(self) -> Set[str]:
+        """Local names imported as an activation (``from torch.nn.functional import silu as swish``)."""
+        found = getattr(self, "_alias_names", None)
+        if found is None:
+            found = self._alias_names = {local for local, bound in self.ctx.names.imports.items()
+                                         if any(q.rsplit(".", 1)[-1].lower() in ACTIVATION_NAMES for q in bound)}
+        return found
+
+    # -- the fused call ---------------------------------------------------------------------------
+    def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], str]:
+        """(call text with holes, holes, what it is) for the match, or why it cannot be written;
+        ``operand(value)`` gives the text or the hole of an operand where the call runs."""
+        holes: Dict[str, cst.CSTNode] = {}
+        missing = []
+
+        def put(name, value):
+            found = operand(value) if value is not None else None
+            if found is None:
+                missing.append(name)
+                return name
+            text, node = found
+            if node is None:
+                return text
+            holes[name] = node
+            return "{" + name + "}"
+
+        act = self._act(m)
+        if act is None:
+            return "the activation is not available as a function where the product is"
+        act_text = put("act", act) if not isinstance(act, str) else act
+        glu = {"silu": "swiglu", "gelu": "geglu", "runtime": "glu"}[m.kind]
+        approximate = [f"approximate={self._approximate(m)}"] if m.kind == "gelu" and act == "None" else []
+        order = ["up_first=True"] if m.form != "halves" and self._up_first(m) else []
+        if m.form == "halves":
+            tensor = put("tensor", m.source)
+            if m.cast is not None:
+                cast = self._cast(m.cast)
+                if cast is None:
+                    return "the halves are cast to a dtype that is not a plain name"
+                tensor = f"{tensor}.{cast}"
+            args, what = [act_text, tensor], "fused gate_up projection split with chunk(2)"
+        elif m.form == "projections":
+            args = [act_text, put("gate", m.modules[0]), put("up", m.modules[1]), put("x", m.source)]
+            glu, what = f"{glu}_linear", "gate and up projections"
+        else:
+            args = [act_text, put("x", m.source), put("gate", m.weights[0]), put("up", m.weights[1])]
+            args += [f"equation={m.equation!r}"] if m.equation else []
+            args += [f"dim={m.dim}"] if m.dim != -1 else []
+            glu, what = "swiglu_stacked", "gate and up products with two weights"
+        if m.form == "halves":
+            glu = f"{glu}_halves"
+        if missing:
+            return f"the {missing[0]} operand is not available where the product is"
+        name = {"silu": "SwiGLU", "gelu": "GeGLU", "runtime": "SwiGLU/GeGLU"}[m.kind]
+        return f"{HELPER}.{glu}({', '.join(args + approximate + order)})", holes, f"{name} ({what})"
+
+    def _act(self, m: Gated):
+        """The activation: a value whose code is the callable, "None" for ``F.gelu`` (the helper takes
+        its approximation instead), or None when it has no source."""
+        act = m.act
+        if act.op == "call":
+            return act["callee"]
+        if act["module"] is not None:
+            return act["module"]
+        if m.kind == "gelu":
+            return "None"
+        if isinstance(act.node, cst.Call):
+            return _Node(act.node.func)
+        return self._callable(SILU)
+
+    def _callable(self, qualified: str) -> Optional[str]:
+        """Source that names the function ``qualified`` through the module's own imports."""
+        for local, bound in self.ctx.names.imports.items():
+            for prefix in bound:
+                if qualified == prefix or qualified.startswith(prefix + "."):
+                    return local + qualified[len(prefix):]
         return None
 
-    # -- separate projections -------------------------------------------------------------------
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if id(node) in self._handled or not isinstance(node.operator, cst.Multiply):
-            return
-        for act_side, up_side in (("left", "right"), ("right", "left")):
-            found = self._activation(getattr(node, act_side))
-            if found is None:
+    def _approximate(self, m: Gated) -> str:
+        value = m.act["approximate"]
+        return code(value.node) if value is not None and value.node is not None else '"none"'
+
+    def _cast(self, cast) -> Optional[str]:
+        node = cast.node
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            return None
+        dtype = cast["dtype"]
+        if node.args and not (dtype is not None and dtype.op == "name"):
+            return None
+        return code(node.func.attr) + "(" + ", ".join(code(a) for a in node.args) + ")"
+
+    def _up_first(self, m: Gated) -> bool:
+        order = self._order(m.product.view)
+        g, u = order.get(id(m.gate.node)), order.get(id(m.up.node))
+        return g is not None and u is not None and u < g
+
+    def _order(self, view) -> Dict[int, int]:
+        found = getattr(view, "_source_order", None)
+        if found is None:
+            found = view._source_order = {id(n): i for i, n in enumerate(self.ctx.tree.subtree(view.func))}
+        return found
+
+    # -- where it goes ------------------------------------------------------------------------------
+    def _rewrite(self, m: Gated, view) -> Optional[str]:
+        parents = self.ctx.tree.parents()
+        block, index = enclosing_block(m.product.node, parents)
+        if block is None:
+            return "the product is not inside a block of statements"
+        kept = [m.source, *m.modules, *m.weights, m.act["module"], m.act["callee"]]
+        kept = [v for v in kept if v is not None]
+        feeders: Set[int] = set()
+        outside = []
+        for value in interior(m.product, kept):
+            if not view.home(value) or _inside(value.node, m.product.node, parents):
                 continue
-            kind, gate = found
-            up = getattr(node, up_side)
-            if not _projections_of_one_input(gate, up):
-                continue
-            if kind == "gelu":
-                self._report_geglu(node)
-                return
-            act_call = getattr(node, act_side)
-            self._rewrite_product(node, act_call.func, kind, "separate gate and up projections", "swiglu",
-                                  [_arg(act_call), up])
-            return
-
-    def _rewrite_product(self, node, act, kind, form, helper, operands, removed=()) -> None:
-        """Replace the product ``node`` by ``npu_glue.<helper>(act, *operands)`` (original nodes, kept
-        as migrated); ``removed``: (block, start, end) statement ranges the rewrite makes redundant."""
-        act_code = self.ctx.module.code_for_node(act)
-        holes = {"act": act, **{f"operand{i}": o for i, o in enumerate(operands)}}
-        call = code(f"{HELPER}.{helper}(" + ", ".join(f"{{{name}}}" for name in holes) + ")", **holes)
-        edits = [Replace(node, call), *(Splice(block, start, end) for block, start, end in removed)]
-        proof = "SiLU proven" if kind == "silu" else f"`{act_code}` checked to be SiLU at run time"
-        self.rewrite(node, f"SwiGLU ({form}) → torch_npu.npu_swiglu (guarded: {proof}; original kept)",
-                     target="torch_npu.npu_swiglu", edits=edits, helpers=[HELPER])
-
-    # -- a fused projection split in two --------------------------------------------------------
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        if not self._functions:
-            return
-        statements = list(node.body)
-        for index, (first, second) in enumerate(zip(statements, statements[1:])):
-            split = self._split(first)
-            if split is not None:
-                self._halves((node, index), first, second, *split)
-        for index, (first, second, third) in enumerate(zip(statements, statements[1:], statements[2:])):
-            self._statements((node, index), first, second, third)
-
-    def _report_geglu(self, node: cst.CSTNode) -> None:
-        self.report(node, "GeGLU (GELU-gated MLP) not fused: npu_geglu's activated half and GELU "
-                          "approximation must be checked for your CANN version", fallback=GEGLU_PLAN, code=REPORT)
-
-    # -- separate projections over three statements -------------------------------------------
-    def _statements(self, at, first: cst.BaseStatement, second: cst.BaseStatement, third: cst.BaseStatement) -> None:
-        """``a = act(self.gate(x))`` and ``b = self.up(x)`` (either order), then ``a * b`` in ``third``."""
-        bound: Dict[str, cst.BaseExpression] = {}
-        for stmt in (first, second):
-            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-            name = assigned_name(small) if small is not None else None
-            if name is None:
-                return
-            bound[name] = small.value
-        for node in _products(third):
-            for act_side, up_side in (("left", "right"), ("right", "left")):
-                act_name, up_name = getattr(node, act_side), getattr(node, up_side)
-                if not (isinstance(act_name, cst.Name) and isinstance(up_name, cst.Name)
-                        and act_name.value in bound and up_name.value in bound and act_name.value != up_name.value):
-                    continue
-                found = self._activation(bound[act_name.value])
-                # the projections move into the product: they must read there what they read here
-                if found is None or not _projections_of_one_input(found[1], bound[up_name.value]) \
-                        or set(bound) & set(names_in(found[1])):
-                    continue
-                self._gated_statements(at, node, found[0], (act_name.value, up_name.value), [first, second])
-                return
-
-    def _gated_statements(self, at, node, kind, names, removed) -> None:
-        if kind == "gelu":
-            self._report_geglu(node)
-            return
-        reused = [n for n in names if uses(self._functions[-1].body, n) != 2]  # bound once and read once
-        if reused:
-            self.report(node, "SwiGLU over three statements not fused: " + " and ".join(f"`{n}`" for n in reused)
-                        + " is read elsewhere in the function", fallback=REUSE_PLAN, code=REPORT)
-            return
-        self._handled.add(id(node))
-        values = {assigned_name(s.body[0]): s.body[0].value for s in removed}
-        act_call, up = values[names[0]], values[names[1]]
-        block, index = at
-        self._rewrite_product(node, act_call.func, kind, "gate and up projections in separate statements", "swiglu",
-                              [_arg(act_call), up], removed=[(block, index, index + 2)])
-
-    def _split(self, stmt: cst.BaseStatement) -> Optional[Tuple[Tuple[str, str], cst.BaseExpression, bool]]:
-        """((first, second), the split tensor, along the last dim) for ``a, b = t.chunk(2, dim)``."""
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
-            return None
-        names = tuple_targets(stmt.body[0])
-        if names is None or len(names) != 2:
-            return None
-        call = stmt.body[0].value
-        if not isinstance(call, cst.Call):
-            return None
-        if self.qualified_name(call.func) == "torch.chunk":
-            args = bind(call, ("input", "chunks", "dim"))
-        elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "chunk":
-            args = bind(call, ("input", "chunks", "dim"), offset=1)
-            if args is not None:
-                args["input"] = call.func.value
+            at = _statement_index(block, value.node, parents)
+            if at is None:
+                outside.append(value)
+            else:
+                feeders.add(at)
+        if outside:
+            problem = self._optional_up(m, view, block, index, parents)
+            return problem if problem != "" else None
+        # the statements that compute the operands themselves fold into the call too, when nothing else reads them
+        own = {at for at in (_statement_index(block, v.node, parents) for v in kept
+                             if view.home(v) and not _inside(v.node, m.product.node, parents)) if at is not None and at < index}
+        # (a split only makes views: its statement may stay when its halves are read elsewhere)
+        options = [feeders | own, feeders] + ([set()] if m.form == "halves" else [])
+        first = None
+        for folded in options:
+            # the call runs where the folded statements were: names are read as before the first of them
+            here = view.env_before.get(id(block.body[min(folded, default=index)]), {})
+            problem = _removable(view, block, sorted(folded), index, m.product.node)
+            made = problem or self._call(m, lambda v: _operand(view, v, block, folded, here, m.product.node, parents))
+            if not isinstance(made, str):
+                feeders = folded
+                break
+            first = first or made
         else:
+            return first
+        text, holes, what = made
+        edits = [Replace(m.product.node, template(text, **holes))]
+        if feeders:
+            edits.append(Splice(block, min(feeders), index))
+        if m.form != "halves":
+            what = what[:-1] + " in separate statements)" if feeders else what.replace("(gate", "(separate gate")
+        self._found(m, what, edits)
+        return None
+
+    def _found(self, m: Gated, label: str, edits) -> None:
+        target = "torch_npu.npu_geglu" if m.kind == "gelu" else "torch_npu.npu_swiglu"
+        shown = target
+        if m.kind == "silu":
+            proof = "SiLU proven"
+        elif m.kind == "gelu":
+            proof = "GELU proven, its approximation passed on"
+        else:
+            shown = "torch_npu.npu_swiglu / npu_geglu"
+            proof = f"`{code(self._act(m).node)}` checked to be SiLU or GELU at run time"
+        self.rewrite(m.product.node, f"{label} → {shown} (guarded: {proof}; original kept)", target=target,
+                     edits=edits, helpers=[HELPER])
+
+    def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[str]:
+        """``h = act(gate(x))`` then ``if flag: h = h * up(x)``: a guarded region over both statements
+        whose fused branch computes the gated product when the flag holds. "" when done, else why not."""
+        stmt = block.body[index]
+        holder = parents.get(id(block))
+        outer, at = enclosing_block(holder, parents) if isinstance(holder, cst.If) else (None, -1)
+        if outer is None or holder.orelse is not None or len(block.body) != 1 or m.form == "halves":
+            return "part of it is computed in another block"
+        target = _assigned(stmt)
+        act_stmt = at - 1
+        if target is None or act_stmt < 0 or _assigned(outer.body[act_stmt]) != target \
+                or view.values.get(id(outer.body[act_stmt].body[0].value)) is not m.act:
+            return "part of it is computed in another block"
+        here = view.env_before.get(id(outer.body[act_stmt]), {})
+        made = self._call(m, lambda value: _operand(view, value, outer, {act_stmt}, here, None, parents,
+                                                    moved=(outer.body[act_stmt], stmt)))
+        if isinstance(made, str):
+            return made
+        text, holes, what = made
+        act = self._act(m)
+        guard = f"{HELPER}.is_glu({code(act.node) if not isinstance(act, str) else act}) and {{flag}}"
+        edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
+                      [template(f"{target} = {text}\n", **holes)], at_entry=True,
+                      unit=self.ctx.indentation(outer)[1])
+        if isinstance(edit, str):
+            return edit
+        self._found(m, f"{what.split(' (')[0]} (gate and up projections, up under `{code(holder.test)}`)", [edit])
+        return ""
+
+
+class _Node:
+    """A source node standing for a callable (``F.silu`` of ``F.silu(x)``)."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self.node = node
+        self.op, self.kw = "node", {}
+
+
+def _assigned(stmt: cst.CSTNode) -> Optional[str]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        targets = stmt.body[0].targets
+        if len(targets) == 1 and isinstance(targets[0].target, cst.Name):
+            return targets[0].target.value
+    return None
+
+
+def _inside(node: cst.CSTNode, container: cst.CSTNode, parents) -> bool:
+    while node is not None:
+        if node is container:
+            return True
+        node = parents.get(id(node))
+    return False
+
+
+def _removable(view, block, feeders: List[int], index: int, product: cst.CSTNode) -> Optional[str]:
+    """Why the statements ``feeders`` (before the product's statement ``index``) cannot be folded into
+    the product, or None."""
+    if not feeders:
+        return None
+    if feeders != list(range(feeders[0], index)):
+        return "other statements run between the projections and the product"
+    defined: Set[str] = set()
+    for i in feeders:
+        stmt = block.body[i]
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            return "an intermediate statement is not a plain assignment"
+        for target in stmt.body[0].targets:
+            names = _target_names(target.target)
+            if names is None:
+                return "an intermediate statement assigns to something other than names"
+            defined |= set(names)
+    reused = sorted(name for name in defined if _read_elsewhere(view, block, feeders, index, product, name))
+    if reused:
+        return " and ".join(f"`{n}`" for n in reused) + " is read elsewhere in the function"
+    return None
+
+
+def _read_elsewhere(view, block, feeders: List[int], index: int, product, name: str) -> bool:
+    """Whether code other than the product reads the value the folded statements leave in ``name``:
+    later statements that still see that binding (``gate, up_states = up_states.chunk(2)`` then
+    ``up_states = up_states * act(gate)`` rebinds it, so reads after that do not count), the product's
+    own statement outside the product, and, inside a loop, any read of the name in the loop."""
+    stmt = block.body[index]
+    value = view.env_before.get(id(stmt), {}).get(name)
+    if name in _reads_except(stmt, {id(product)}):
+        return True
+    folded = {id(block.body[i]) for i in feeders} | {id(stmt)}
+    for other, env in _statements(view):
+        if id(other) not in folded and env.get(name) is value and name in read(_header(other)):
+            return True
+    loop = _enclosing_loop(block, view)
+    return loop is not None and name in _reads_except(loop, folded | {id(product)})
+
+
+def _statements(view):
+    """(statement, the bindings where it starts) for every statement the view read."""
+    for node in view.func.body.body if isinstance(view.func.body, cst.IndentedBlock) else ():
+        for found in _walk_statements(node):
+            yield found, view.env_before.get(id(found), {})
+
+
+def _walk_statements(stmt):
+    yield stmt
+    for name in ("body", "orelse", "finalbody", "handlers"):
+        part = getattr(stmt, name, None)
+        parts = part if isinstance(part, (tuple, list)) else [part]
+        for piece in parts:
+            inner = getattr(piece, "body", None)
+            if isinstance(piece, (cst.If, cst.Else, cst.Finally, cst.ExceptHandler, cst.IndentedBlock)) or inner is not None:
+                if isinstance(piece, cst.If):
+                    yield from _walk_statements(piece)
+                    continue
+                block = piece if isinstance(piece, cst.IndentedBlock) else inner
+                for child in getattr(block, "body", ()) if not isinstance(block, (tuple, list)) else block:
+                    if isinstance(child, cst.BaseStatement):
+                        yield from _walk_statements(child)
+
+
+def _header(stmt) -> List[cst.CSTNode]:
+    """What a statement reads itself (a compound statement's test or iterable, not its body)."""
+    if isinstance(stmt, cst.SimpleStatementLine) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt]
+    return [n for n in (getattr(stmt, "test", None), getattr(stmt, "iter", None)) if n is not None] + \
+        [item for item in getattr(stmt, "items", ())]
+
+
+def _enclosing_loop(block, view):
+    node = view.parents.get(id(block))
+    while node is not None and node is not view.func:
+        if isinstance(node, (cst.For, cst.While)):
+            return node
+        node = view.parents.get(id(node))
+    return None
+
+
+def _target_names(node: cst.CSTNode) -> Optional[List[str]]:
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        names = [e.value.value for e in node.elements if isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement)]
+        return names if len(names) == len(node.elements) else None
+    return None
+
+
+def _reads_except(root: cst.CSTNode, skip: Set[int]) -> Set[str]:
+    """Names read in ``root`` outside the subtrees whose ids are in ``skip`` (statements or expressions)."""
+
+    class _Cut(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            if id(original) not in skip:
+                return updated
+            return cst.Name("__npu_cut__") if isinstance(original, cst.BaseExpression) else cst.RemoveFromParent()
+
+    return read([root.visit(_Cut())]) - {"__npu_cut__"}
+
+
+def _operand(view, value, block, feeders, here, product, parents, moved=()) -> Optional[Hole]:
+    """The source of ``value`` where the fused call runs: a hole for its own node when that node is in
+    the product or in a statement folded into it (the names it reads then must be bound there as
+    where it was written), else a name bound to it there, else an attribute chain; None otherwise."""
+    node = value.node
+    holders = [block.body[i] for i in feeders] + list(moved)
+    if node is not None and product is not None and _inside(node, product, parents):
+        return "", node
+    for stmt in holders if node is not None else ():
+        if _inside(node, stmt, parents):
+            own = view.env_before.get(id(stmt), {})
+            if all(own.get(n) is here.get(n) for n in read([node])):
+                return "", node
             return None
-        if args is None or number(args.get("chunks")) != 2:
-            return None
-        return names, args["input"], last_dim(args.get("dim"))
-
-    def _halves(self, at, first: cst.SimpleStatementLine, second: cst.BaseStatement, names, tensor, on_last) -> None:
-        gate_name, up_name = names
-        function = self._functions[-1]
-        product = None
-        for candidate in _products(second):
-            for act_side, other_side in (("left", "right"), ("right", "left")):
-                found = self._activation(getattr(candidate, act_side))
-                other = getattr(candidate, other_side)
-                if found is not None and isinstance(found[1], cst.Name) and isinstance(other, cst.Name):
-                    product = (candidate, act_side, found, found[1].value, other.value)
-        if product is None:
-            return
-        node, act_side, (kind, _), activated, multiplied = product
-        if {activated, multiplied} != {gate_name, up_name}:
-            return
-        if any(uses(function.body, n) != 2 for n in names):  # bound once (the split) and read once
-            return
-        if kind == "gelu":
-            self._report_geglu(node)
-            return
-        if activated != gate_name or not on_last:
-            why = "the second half is activated" if activated != gate_name else "the split is not along the last dim"
-            self.report(node, f"SwiGLU not fused: {why}, but npu_swiglu activates the first half of the last dim",
-                        fallback=ORDER_PLAN, code=REPORT)
-            return
-        self._handled.add(id(node))
-        block, index = at
-        self._rewrite_product(node, getattr(node, act_side).func, kind, "fused gate_up projection split with chunk(2)",
-                              "swiglu_halves", [tensor], removed=[(block, index, index + 1)])
-
-
-def _is_self(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Name) and node.value == "self"
-
-
-def _arg(call: cst.Call) -> cst.BaseExpression:
-    return call.args[0].value
-
-
-def _projections_of_one_input(gate: cst.BaseExpression, up: cst.BaseExpression) -> bool:
-    """``self.a(x) , self.b(x)``: two different module attributes called on the same arguments."""
-    if not (isinstance(gate, cst.Call) and isinstance(up, cst.Call)):
-        return False
-    if not all(isinstance(c.func, cst.Attribute) and _is_self(c.func.value) for c in (gate, up)):
-        return False
-    if gate.func.attr.value == up.func.attr.value or len(gate.args) != len(up.args) or not gate.args:
-        return False
-    keyword = lambda arg: arg.keyword.value if arg.keyword is not None else None  # noqa: E731
-    return all(keyword(a) == keyword(b) and not a.star and not b.star and same(Expr(a.value), Expr(b.value))
-               for a, b in zip(gate.args, up.args))
-
-
-def _products(stmt: cst.CSTNode) -> List[cst.BinaryOperation]:
-    return [n for n in walk(stmt) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)]
-
+    named = sorted(n for n, bound in here.items() if bound is value)
+    if named:
+        return named[0], None
+    if value.op == "attr" and value.input is not None and value.input.op == "param" and node is not None:
+        return code(node), None
+    return None
 

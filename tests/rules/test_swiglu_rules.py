@@ -1,0 +1,330 @@
+"""NPU330: every gated-MLP form the rule rewrites computes what the original computes on the emulated
+NPU, in float32 and bfloat16, in inference and training, with the fused kernel running exactly when
+the activation is one it has (SiLU: npu_swiglu, GELU: npu_geglu) and the original code otherwise."""
+
+import pytest
+import torch
+from torch import nn
+
+from tests.rules.emulated import counting, emulated_npu, load, migrate, tolerance, twins
+
+MLPS = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+H, I = 8, 12
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+        self.act_fn = ACTIVATIONS[act]
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LitLLaMAMLP(nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.fc_1 = nn.Linear(H, I, bias=True)
+        self.fc_2 = nn.Linear(H, I, bias=True)
+        self.proj = nn.Linear(I, H, bias=True)
+
+    def forward(self, x):
+        x_fc_1 = self.fc_1(x)
+        x_fc_2 = self.fc_2(x)
+        x = F.silu(x_fc_1) * x_fc_2
+        return self.proj(x)
+
+
+class GatedActDense(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.wi_0 = nn.Linear(H, I, bias=False)
+        self.wi_1 = nn.Linear(H, I, bias=False)
+        self.wo = nn.Linear(I, H, bias=False)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        hidden_linear = self.wi_1(hidden_states)
+        hidden_gelu = self.act(self.wi_0(hidden_states))
+        hidden_states = hidden_linear * hidden_gelu
+        return self.wo(hidden_states)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, act, up=True):
+        super().__init__()
+        self.w1 = nn.Linear(H, I, bias=False)
+        self.w2 = nn.Linear(I, H, bias=False)
+        self.w3 = nn.Linear(H, I, bias=False) if up else None
+        self.activation = ACTIVATIONS[act]
+
+    def forward(self, x):
+        h = self.activation(self.w1(x))
+        if self.w3 is not None:
+            h = h * self.w3(x)
+        h = self.w2(h)
+        return h
+
+
+class Expert(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+        self.act_fn = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+class GeGLU(nn.Module):
+    def __init__(self, act="tanh"):
+        super().__init__()
+        self.gate = nn.Linear(H, I, bias=False)
+        self.up = nn.Linear(H, I, bias=False)
+        self.down = nn.Linear(I, H, bias=False)
+        self.approximate = act
+
+    def forward(self, x):
+        return self.down(F.gelu(self.gate(x), approximate=self.approximate) * self.up(x))
+
+
+class GeGLUHalves(nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.gate_up = nn.Linear(H, 2 * I, bias=False)
+        self.down = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.gelu(gate) * up)
+
+
+class Experts(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.randn(3, 2 * I, H) / H)
+        self.down_proj = nn.Parameter(torch.randn(3, H, I) / I)
+        self.act_fn = ACTIVATIONS[act]
+
+    def forward(self, hidden_states, index):
+        out = torch.zeros_like(hidden_states)
+        for expert_idx in range(3):
+            token_idx = torch.where(index == expert_idx)[0]
+            gate, up = F.linear(hidden_states[token_idx], self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current = self.act_fn(gate) * up
+            out.index_add_(0, token_idx, F.linear(current, self.down_proj[expert_idx]))
+        return out
+
+
+class EinsumExperts(nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(3, H, I) / H)
+        self.w3 = nn.Parameter(torch.randn(3, H, I) / H)
+        self.w2 = nn.Parameter(torch.randn(3, I, H) / I)
+
+    def forward(self, x):
+        gate = torch.einsum("ecd,edf->ecf", x, self.w1)
+        up = torch.einsum("ecd,edf->ecf", x, self.w3)
+        return torch.einsum("ecf,efd->ecd", F.silu(gate) * up, self.w2)
+
+
+class TokensEinsum(nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(I, H) / H)
+        self.w3 = nn.Parameter(torch.randn(I, H) / H)
+
+    def forward(self, x):
+        return F.silu(torch.einsum("btd,fd->btf", x, self.w1)) * torch.einsum("btd,fd->btf", x, self.w3)
+
+
+class Phi3MLP(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+        self.activation_fn = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
+
+
+class CpmAntDenseGatedACT(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.w_0 = nn.Linear(H, I, bias=False)
+        self.w_1 = nn.Linear(H, I, bias=False)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, hidden_states):
+        gate_score = self.act(self.w_0(hidden_states))
+        hidden_states = self.w_1(hidden_states)
+        hidden_states = gate_score * hidden_states
+        return hidden_states
+
+
+class BmmExperts(nn.Module):
+    def __init__(self, act=None):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(3, H, I) / H)
+        self.w3 = nn.Parameter(torch.randn(3, H, I) / H)
+
+    def forward(self, x):
+        return torch.bmm(x, self.w3) * F.silu(torch.bmm(x, self.w1))
+'''
+
+EMITTED = {"glu_linear(": 4, "swiglu_linear(": 1, "geglu_linear(": 1, "glu_halves(": 3, "geglu_halves(": 1,
+           "swiglu_stacked(": 3}
+
+
+def _activations():
+    from transformers.activations import ACT2FN
+
+    return {"silu": nn.SiLU(), "hf-silu": ACT2FN["silu"], "swish": ACT2FN["swish"], "gelu": ACT2FN["gelu"],
+            "gelu-tanh": nn.GELU(approximate="tanh"), "gelu-new": ACT2FN["gelu_new"],
+            "gelu-pytorch-tanh": ACT2FN["gelu_pytorch_tanh"], "relu": nn.ReLU(), "quick-gelu": ACT2FN["quick_gelu"]}
+
+
+KERNEL = {"silu": "npu_swiglu", "hf-silu": "npu_swiglu", "swish": "npu_swiglu", "gelu": "npu_geglu",
+          "gelu-tanh": "npu_geglu", "gelu-new": "npu_geglu", "gelu-pytorch-tanh": "npu_geglu", "relu": None,
+          "quick-gelu": None, "tanh": "npu_geglu", "none": "npu_geglu", None: "npu_swiglu"}
+
+
+@pytest.fixture(scope="module")
+def npu():
+    with emulated_npu() as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def mlps(npu):
+    migrated = migrate(MLPS, "NPU330")
+    for call, count in EMITTED.items():
+        assert migrated.count(f"npu_glue.{call}") == count, (call, migrated)
+    assert "F.silu(x_fc_1)" not in migrated and "* up" not in migrated.split("class Experts")[1].split("class Einsum")[0]
+    activations = _activations()
+    original, fused = load(MLPS, ACTIVATIONS=activations), load(migrated, ACTIVATIONS=activations)
+    fused["npu_glue"]._geglu_first(torch.device("cpu"))  # the once-per-device probe, not counted below
+    return original, fused
+
+
+def _inputs(name, dtype, seed=4):
+    g = torch.Generator().manual_seed(seed)
+    if name in ("EinsumExperts", "BmmExperts"):
+        return (torch.randn(3, 5, 8, generator=g).to(dtype),)
+    if name == "Experts":
+        return torch.randn(7, 8, generator=g).to(dtype), torch.tensor([0, 2, 1, 0, 2, 2, 1])
+    return (torch.randn(2, 3, 8, generator=g).to(dtype),)
+
+
+def _run(npu, before, after, name, dtype, grad=False):
+    inputs = _inputs(name, dtype)
+    with counting(npu, "npu_swiglu", "npu_geglu") as calls, torch.set_grad_enabled(grad):
+        got = after(*inputs)
+    want = before(*inputs)
+    return got, want, calls
+
+
+CASES = [(name, act) for name in ("LlamaMLP", "GatedActDense", "FeedForward", "Expert", "Experts", "Phi3MLP",
+                                  "CpmAntDenseGatedACT")
+         for act in ("silu", "hf-silu", "swish", "gelu", "gelu-tanh", "gelu-new", "gelu-pytorch-tanh", "relu",
+                     "quick-gelu")]
+CASES += [("LitLLaMAMLP", None), ("GeGLU", "tanh"), ("GeGLU", "none"), ("GeGLUHalves", "none"),
+          ("EinsumExperts", None), ("TokensEinsum", None), ("BmmExperts", None)]
+
+
+@pytest.mark.parametrize("name,act", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_mlp_forms_match_the_original(npu, mlps, name, act, dtype):
+    before, after = twins(*mlps, name, act, dtype=dtype)
+    got, want, calls = _run(npu, before, after, name, dtype)
+    assert got.dtype == want.dtype
+    kernel = KERNEL["none" if name == "GeGLUHalves" else act]
+    torch.testing.assert_close(got.float(), want.float(), **tolerance(kernel or "npu_swiglu", dtype))
+    expected = {"npu_swiglu": 0, "npu_geglu": 0}
+    if kernel is not None:
+        expected[kernel] = 3 if name == "Experts" else 1  # Experts: one call per expert
+    assert calls == expected, "fused exactly when the activation has a kernel"
+
+
+@pytest.mark.parametrize("name,act", [("LlamaMLP", "silu"), ("LlamaMLP", "gelu-tanh"), ("LitLLaMAMLP", None),
+                                      ("GatedActDense", "hf-silu"), ("FeedForward", "silu"), ("Expert", "silu"),
+                                      ("Expert", "gelu-new"), ("GeGLU", "none"), ("Experts", "silu")])
+def test_gated_mlp_gradients_match(npu, mlps, name, act):
+    before, after = twins(*mlps, name, act)
+    inputs = _inputs(name, torch.float32, seed=5)
+    grads = []
+    with counting(npu, "npu_swiglu", "npu_geglu") as calls:
+        for model in (before, after):
+            model(*inputs).square().sum().backward()
+            grads.append([p.grad for p in model.parameters()])
+    assert sum(calls.values()) >= 1, "the differentiable kernels run in training too"
+    kernel = KERNEL[act] or "npu_swiglu"
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, **tolerance(kernel, torch.float32))
+
+
+def test_optional_up_projection_keeps_the_original_without_it(npu, mlps):
+    before, after = twins(*mlps, "FeedForward", "silu", up=False)
+    x = _inputs("FeedForward", torch.float32)[0]
+    with counting(npu, "npu_swiglu", "npu_geglu") as calls:
+        torch.testing.assert_close(after(x), before(x))
+    assert calls == {"npu_swiglu": 0, "npu_geglu": 0}
+
+
+@pytest.mark.parametrize("name", ["EinsumExperts", "BmmExperts"])
+def test_stacked_weights_run_the_original_in_training(npu, mlps, name):
+    before, after = twins(*mlps, name, None)
+    inputs = _inputs(name, torch.float32)
+    grads = []
+    with counting(npu, "npu_swiglu") as calls:
+        for model in (before, after):
+            model(*inputs).square().sum().backward()
+            grads.append([p.grad for p in model.parameters()])
+    assert calls == {"npu_swiglu": 0}, "weights that need gradients are not stacked"
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
+
+
+def test_stacked_weights_are_built_once_per_version(npu, mlps):
+    _, after = twins(*mlps, "EinsumExperts", None)
+    x = _inputs("EinsumExperts", torch.float32)[0]
+    glue = mlps[1]["npu_glue"]
+    with torch.no_grad(), counting(torch, "cat") as cats:
+        first = after(x)
+        after(x)
+        assert cats["cat"] == 1
+        after.w1.mul_(2)  # an in-place change of a weight re-stacks it
+        changed = after(x)
+    assert cats["cat"] == 2 and not torch.allclose(first, changed)
+    assert glue._stacked is not None
+
+
+@pytest.mark.parametrize("half", ["right", "left"])
+def test_geglu_finds_the_activated_half_on_the_device(npu, mlps, monkeypatch, half):
+    """CANN versions document opposite meanings of npu_geglu's activate_left: the helper asks the
+    kernel once per device, so the result is right under either reading."""
+    import npu_migrate.kernels.activations as activations
+
+    monkeypatch.setattr(activations, "GEGLU_DEFAULT_ACTIVATED_HALF", half)
+    monkeypatch.setattr(mlps[1]["npu_glue"], "_geglu_first_flag", {})
+    mlps[1]["npu_glue"]._geglu_first(torch.device("cpu"))
+    for name, act in (("GeGLUHalves", None), ("GeGLU", "none"), ("LlamaMLP", "gelu")):
+        before, after = twins(*mlps, name, act)
+        got, want, calls = _run(npu, before, after, name, torch.float32)
+        assert calls["npu_geglu"] == 1
+        torch.testing.assert_close(got, want, **tolerance("npu_geglu", torch.float32))
+    assert list(mlps[1]["npu_glue"]._geglu_first_flag.values()) == [half == "right"]
