@@ -434,8 +434,9 @@ def test_litgpt_rotation_statements_move_into_the_fallback():
 def test_gptj_model_fuses_both_rotary_implementations():
     source = (Path(__file__).parents[2] / "fixtures" / "models" / "gptj" / "modeling_gptj.py").read_bytes()
     result = Engine(load_table(), [Rotary]).migrate("modeling_gptj.py", source)
-    assert sorted(f.api for f in result.findings) == ["pattern.rotary.complex"] * 2 + ["pattern.rotary.interleave"]
-    assert all(f.code == "NPU310" and f.action == "rewritten" for f in result.findings)
+    rotary = [f for f in result.findings if f.code.startswith("NPU31")]  # (the residual pass reports the attention)
+    assert sorted(f.api for f in rotary) == ["pattern.rotary.complex"] * 2 + ["pattern.rotary.interleave"]
+    assert all(f.code == "NPU310" and f.action == "rewritten" for f in rotary)
 
 
 # -- pair tables and complex freqs_cis --------------------------------------------------------------
