@@ -98,7 +98,7 @@ class EagerAttention(FunctionRule, Rule):
     declarations = (
         DiagnosticCode("NPU302", "eager-attention",
                        "hand-written attention → torch_npu.npu_fusion_attention, guarded, the original kept as "
-                       "fallback", rewrites=True, example="eager_hf_gqa"),
+                       "fallback", rewrites=True, example="eager_aliased"),
         DiagnosticCode(REPORT, "eager-attention-unfused",
                        "attention the fused kernel cannot express exactly is reported with a plan",
                        example="unfusable"),
