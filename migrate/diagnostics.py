@@ -1,9 +1,32 @@
-"""The tool's own diagnostic codes (NPU0xx) and where each code's doc page lives."""
+"""Diagnostic codes: how a rule declares one (``DiagnosticCode``), the tool's own codes (NPU0xx)
+and where each code's doc page lives."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
+
+
+@dataclass(frozen=True)
+class DiagnosticCode:
+    """The one declaration of a rule's code: everything else (listings, ``migrate explain``,
+    report.md, SARIF rules, the doc page's heading and Example section) is generated from it.
+
+    ``example`` names the fixture that exemplifies the code, ``fixtures/rules/<code>_<example>/``
+    (its diagnostics.txt has the code); the op-table records a code reads are the records whose
+    ``code:`` is this code, found in the table rather than listed here.
+    """
+
+    code: str  # NPUxxx
+    name: str  # slug, e.g. "rms-norm-unfused" (PascalCase in SARIF)
+    summary: str  # one line: what a site with this code is and what happens to it
+    rewrites: bool = False  # its sites are rewritten (else reported)
+    example: Optional[str] = None  # the fixture's stem: fixtures/rules/<code>_<example>/
+
+    @property
+    def example_dir(self) -> Optional[str]:
+        return f"{self.code}_{self.example}" if self.example else None
 
 PARSE_ERROR = "NPU001"  # the file is not valid Python
 NOT_UTF8 = "NPU002"  # the file is not UTF-8 text
@@ -45,17 +68,30 @@ FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ
 DOCS_DIR = Path(__file__).parent / "docs"
 
 
+def tool_declarations() -> Dict[str, DiagnosticCode]:
+    """The tool codes as declarations: ``TOOL_CODES``' summary, the constant's name (``PARSE_ERROR`` →
+    ``parse-error``); none has an example fixture (the doc page's Example is written by hand)."""
+    names = {value: name.lower().replace("_", "-") for name, value in globals().items()
+             if name.isupper() and isinstance(value, str) and value in TOOL_CODES}
+    return {code: DiagnosticCode(code, names[code], summary) for code, summary in TOOL_CODES.items()}
+
+
 def doc_page(code: str) -> Optional[str]:
     path = DOCS_DIR / f"{code.upper()}.md"
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
-def all_codes() -> Dict[str, str]:
-    """Every diagnostic code with its one-line summary (tool codes and rule codes)."""
+def declarations() -> Dict[str, DiagnosticCode]:
+    """Every code's declaration, sorted: the tool's and each rule's (the rules are looked up at call
+    time, so a test's stand-ins count)."""
     from npu_migrate.migrate.rules import all_rules
 
-    codes = dict(TOOL_CODES)
+    declared = tool_declarations()
     for rule in all_rules():
-        for code in rule.all_codes():
-            codes[code] = getattr(rule, "summaries", {}).get(code, rule.summary)
-    return dict(sorted(codes.items()))
+        declared.update((d.code, d) for d in rule.declarations)
+    return dict(sorted(declared.items()))
+
+
+def all_codes() -> Dict[str, str]:
+    """Every diagnostic code with its one-line summary (tool codes and rule codes)."""
+    return {code: declared.summary for code, declared in declarations().items()}

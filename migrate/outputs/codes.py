@@ -1,11 +1,11 @@
 """Every diagnostic code as the reports describe it: name, one-line summary, doc page, default level.
 
-Read from the code declarations: the rule classes (``code``/``codes``, ``name``, ``summary`` and
-per-code ``summaries``), the tool's own codes (``diagnostics.TOOL_CODES`` and their constants) and
-the doc pages ``migrate/docs/NPUxxx.md``. A code's summary is the one its rule declares for it; a
-further code of a rule without a declared summary of its own (NPU321 of the RMSNorm rule, say)
-takes its doc page's heading, never the rule's rewrite summary. report.md, report.sarif,
-report.html, ``--statistics`` and ``migrate explain`` all read this one catalogue.
+Read only from the code declarations (``diagnostics.declarations()``: each rule's
+``DiagnosticCode``s and the tool's ``TOOL_CODES``) and, for the longer description, the doc pages
+``migrate/docs/NPUxxx.md``. A code without a declaration of its own is not in the catalogue: there is
+no fallback to another code's summary or to a page heading (the headings are generated from the
+declarations, ``migrate.outputs.doc_pages``). report.md, report.sarif, report.html,
+``--statistics`` and ``migrate explain`` all read this one catalogue.
 """
 
 from __future__ import annotations
@@ -37,18 +37,13 @@ class CodeInfo:
     @property
     def description(self) -> str:
         """The first paragraph of the page's "What it does" section (the summary without a page)."""
-        section = _section(self.page or "", "What it does")
+        section = section_of(self.page or "", "What it does")
         return " ".join(section.split("\n\n")[0].split()) if section else self.summary
 
 
-def _section(page: str, title: str) -> Optional[str]:
+def section_of(page: str, title: str) -> Optional[str]:
+    """The text of a page's ``## title`` section (None when the page has none)."""
     match = re.search(rf"^## {re.escape(title)}\s*\n(.*?)(?=^## |\Z)", page, re.M | re.S)
-    return match.group(1).strip() if match else None
-
-
-def page_heading(page: Optional[str]) -> Optional[str]:
-    """``# NPU321: text`` → ``text``."""
-    match = re.match(r"#\s*NPU\d+\s*:\s*(.+)", page or "")
     return match.group(1).strip() if match else None
 
 
@@ -56,27 +51,8 @@ def pascal(text: str) -> str:
     return "".join(part[:1].upper() + part[1:].lower() for part in re.split(r"[^A-Za-z0-9]+", text) if part)
 
 
-def _tool_names() -> Dict[str, str]:
-    """NPU001 → ParseError: the names of diagnostics' code constants."""
-    return {value: pascal(name) for name, value in vars(diagnostics).items()
-            if name.isupper() and isinstance(value, str) and value in diagnostics.TOOL_CODES}
-
-
 def catalogue() -> Dict[str, CodeInfo]:
-    """Every known code, sorted (the rules are looked up at call time, so a test's stand-ins count)."""
-    from npu_migrate.migrate import rules
-
-    names = _tool_names()
-    infos = {}
-    for code, summary in diagnostics.TOOL_CODES.items():
-        infos[code] = CodeInfo(code, names.get(code, code), summary, diagnostics.doc_page(code), rewrites=False)
-    for rule in rules.all_rules():
-        declared = dict(getattr(rule, "summaries", None) or {})
-        declared.setdefault(rule.code, rule.summary)
-        for code in rule.all_codes():
-            page = diagnostics.doc_page(code)
-            summary = declared.get(code) or page_heading(page) or rule.summary
-            name = pascal(rule.name) + ("" if code == rule.code else code[3:])
-            rewrites = code == rule.code and code[:4] in ("NPU2", "NPU3") and "→" in summary
-            infos[code] = CodeInfo(code, name, summary, page, rewrites)
-    return dict(sorted(infos.items()))
+    """Every declared code, sorted."""
+    return {code: CodeInfo(code, pascal(declared.name), declared.summary, diagnostics.doc_page(code),
+                           declared.rewrites)
+            for code, declared in diagnostics.declarations().items()}

@@ -14,6 +14,7 @@ import re
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._literals import LiteralRule, literal_sites, string_value
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._table import plan_of
@@ -22,9 +23,11 @@ RECORD = "pattern.device.lightning_accelerator"
 
 
 class AcceleratorString(LiteralRule):
-    code = "NPU208"
-    name = "accelerator-string"
-    summary = 'Lightning accelerator "cuda"/"gpu" (no built-in NPU accelerator: reported)'
+    declarations = (
+        DiagnosticCode("NPU208", "accelerator-string",
+                       'Lightning accelerator "cuda"/"gpu" (no built-in NPU accelerator: reported)',
+                       example="accelerator_string"),
+    )
     triggers = (b"accelerator",)
 
     pattern = re.compile(r"cuda|gpu")

@@ -5,6 +5,10 @@ it cannot migrate it calls ``report``; for a site it can, ``rewrite`` with the e
 rewrite (``migrate.edits``: data, never closures). The engine decides what is applied: it drops
 sites whose codes are not selected, checks that edits do not overlap, applies them all in one pass
 and checks the output. Rules see the file through ``FileContext`` (``migrate.context``).
+
+A rule declares each code it emits once, in ``declarations`` (``diagnostics.DiagnosticCode``: code,
+name, summary, whether it rewrites, its example fixture); the first is the rule's primary code.
+``code``, ``codes`` and ``summary`` are derived from them for the rule's body.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Callable, ClassVar, Dict, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from npu_migrate.migrate.context import FileContext
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Code, Edit, ImportSpec, Replace, Site
 from npu_migrate.migrate.findings import Finding
 from npu_migrate.opmap import Fallback, OpRecord
@@ -21,12 +26,28 @@ from npu_migrate.opmap import Fallback, OpRecord
 _VISITOR_NAMES: Dict[type, Tuple[str, ...]] = {}  # rule class -> names of its visit_/leave_ methods
 
 
+_DERIVED = ("code", "codes", "name", "summary", "summaries")  # declared by ``declarations`` only
+
+
 class Rule(cst.BatchableCSTVisitor):
-    code: ClassVar[str]  # the rule's primary diagnostic code
-    codes: ClassVar[Tuple[str, ...]] = ()  # every code the rule may emit (defaults to (code,))
-    name: ClassVar[str]  # short slug, e.g. "cuda-api"
-    summary: ClassVar[str]  # one line for ``migrate explain`` listings
+    declarations: ClassVar[Tuple[DiagnosticCode, ...]]  # every code the rule may emit, primary first
+    code: ClassVar[str]  # derived: the primary code
+    codes: ClassVar[Tuple[str, ...]]  # derived: every code, in declaration order
+    summary: ClassVar[str]  # derived: the primary code's summary
     triggers: ClassVar[Tuple[bytes, ...]]  # the file is given to the rule only if one of these occurs
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        stray = [attr for attr in _DERIVED if attr in vars(cls)]
+        if stray:
+            raise TypeError(f"{cls.__qualname__} sets {', '.join(stray)}: declare each code once in "
+                            "`declarations = (DiagnosticCode(code, name, summary, ...), ...)`")
+        if "declarations" in vars(cls):
+            if not cls.declarations or not all(isinstance(d, DiagnosticCode) for d in cls.declarations):
+                raise TypeError(f"{cls.__qualname__}.declarations must be a non-empty tuple of DiagnosticCode")
+            cls.code = cls.declarations[0].code
+            cls.codes = tuple(d.code for d in cls.declarations)
+            cls.summary = cls.declarations[0].summary
 
     def __init__(self, ctx: FileContext) -> None:
         super().__init__()
@@ -42,7 +63,7 @@ class Rule(cst.BatchableCSTVisitor):
 
     @classmethod
     def all_codes(cls) -> Tuple[str, ...]:
-        return cls.codes or (cls.code,)
+        return cls.codes
 
     # -- helpers for rule authors -----------------------------------------------------------------
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import libcst as cst
 
 from npu_migrate.migrate.context import FileContext
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._table import TableNameRule, dotted
 
@@ -60,9 +61,11 @@ def literal(node: cst.CSTNode) -> Any:
 
 
 class Capability(TableNameRule):
-    code = "NPU206"
-    name = "capability"
-    summary = "CUDA capability query → no CUDA capability on an NPU ((0, 0); literal comparisons folded)"
+    declarations = (
+        DiagnosticCode("NPU206", "capability",
+                       "CUDA capability query → no CUDA capability on an NPU ((0, 0); literal comparisons folded)",
+                       rewrites=True, example="capability"),
+    )
     triggers = (b"get_device_capability", b"get_arch_list", b"get_device_properties")
 
     def __init__(self, ctx) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._literals import string_value
 from npu_migrate.migrate.rules._syntax import keyword_value
 from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, dotted
@@ -20,9 +21,11 @@ CUDA_GRAPH_OPTIONS = frozenset({"triton.cudagraphs", "triton.cudagraph_trees"})
 
 
 class CompileMode(TableNameRule):
-    code = "NPU114"
-    name = "compile-mode"
-    summary = "torch.compile CUDA-graph modes and inductor Triton settings (CUDA-only)"
+    declarations = (
+        DiagnosticCode("NPU114", "compile-mode",
+                       "torch.compile CUDA-graph modes and inductor Triton settings (CUDA-only)",
+                       example="compile_mode"),
+    )
     triggers = (b"reduce-overhead", b"max-autotune", b"cudagraph", b"_inductor")
 
     def owns(self, record) -> bool:

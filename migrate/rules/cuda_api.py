@@ -9,15 +9,18 @@ Two uses are left to other rules, because renaming them would send an NPU down a
 ``torch.cuda.is_available()`` that guards CUDA-only code (NPU207: it stays False on an NPU).
 """
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._cuda_only import CudaOnlyGuards
 from npu_migrate.migrate.rules._table import TableNameRule
 from npu_migrate.migrate.rules.capability import is_properties_field
 
 
 class CudaApi(CudaOnlyGuards, TableNameRule):
-    code = "NPU201"
-    name = "cuda-api"
-    summary = "torch.cuda API → torch.npu (reported when torch_npu has no twin)"
+    declarations = (
+        DiagnosticCode("NPU201", "cuda-api",
+                       "torch.cuda API → torch.npu (reported when torch_npu has no twin)",
+                       rewrites=True, example="cuda_api"),
+    )
     triggers = (b"cuda",)
 
     def on_record(self, node, qualified, record, api) -> None:

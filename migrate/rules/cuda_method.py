@@ -3,15 +3,18 @@
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._members import MemberRule
 from npu_migrate.migrate.rules._scope import TorchScoped
 from npu_migrate.migrate.rules._table import TORCH_NPU
 
 
 class CudaMethod(TorchScoped, MemberRule):
-    code = "NPU203"
-    name = "cuda-method"
-    summary = ".cuda() → .npu() on tensors and modules"
+    declarations = (
+        DiagnosticCode("NPU203", "cuda-method",
+                       ".cuda() → .npu() on tensors and modules",
+                       rewrites=True, example="cuda_method"),
+    )
     triggers = (b".cuda",)
     member = "cuda"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._cuda_only import cuda_only_guards
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._table import plan_of
@@ -20,9 +21,11 @@ RECORD = "pattern.device.cuda_only_guard"
 
 
 class CudaOnlyBranch(Rule):
-    code = "NPU207"
-    name = "cuda-only-branch"
-    summary = "device test guarding CUDA-only code kept (False on an NPU: the NPU takes the other path)"
+    declarations = (
+        DiagnosticCode("NPU207", "cuda-only-branch",
+                       "device test guarding CUDA-only code kept (False on an NPU: the NPU takes the other path)",
+                       example="cuda_only_branch"),
+    )
     triggers = (b"is_cuda", b"cuda")
 
     def visit_Module(self, node: cst.Module) -> None:

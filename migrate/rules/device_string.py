@@ -14,15 +14,18 @@ import re
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._cuda_only import CudaOnlyGuards
 from npu_migrate.migrate.rules._literals import LiteralRule
 from npu_migrate.migrate.rules._table import dotted
 
 
 class DeviceString(CudaOnlyGuards, LiteralRule):
-    code = "NPU202"
-    name = "device-string"
-    summary = 'device string "cuda[:N]" → "npu[:N]"'
+    declarations = (
+        DiagnosticCode("NPU202", "device-string",
+                       'device string "cuda[:N]" → "npu[:N]"',
+                       rewrites=True, example="device_string"),
+    )
     triggers = (b"cuda",)
 
     pattern = re.compile(r"cuda(:\d+)?")

@@ -29,6 +29,7 @@ import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.defuse import read
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._attention_blockers import MOVED_PLAN, Blocked, probabilities_used
@@ -94,10 +95,14 @@ def python_number(value, view, depth: int = 0) -> bool:
 
 
 class EagerAttention(FunctionRule, Rule):
-    code = "NPU302"
-    codes = ("NPU302", REPORT)
-    name = "eager-attention"
-    summary = "hand-written attention → torch_npu.npu_fusion_attention, guarded, the original kept as fallback"
+    declarations = (
+        DiagnosticCode("NPU302", "eager-attention",
+                       "hand-written attention → torch_npu.npu_fusion_attention, guarded, the original kept as "
+                       "fallback", rewrites=True, example="eager_aliased"),
+        DiagnosticCode(REPORT, "eager-attention-unfused",
+                       "attention the fused kernel cannot express exactly is reported with a plan",
+                       example="unfusable"),
+    )
     triggers = (b"softmax", b"Softmax")
 
     def found(self, result, view) -> None:

@@ -8,14 +8,13 @@ from typing import Set
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._members import MemberRule
 from npu_migrate.migrate.rules._table import TableNameRule
 
 
 class Float64(TableNameRule, MemberRule):
-    code = "NPU101"
-    name = "float64"
-    summary = "float64 has no NPU kernels (use float32)"
+    declarations = (DiagnosticCode("NPU101", "float64", "float64 has no NPU kernels (use float32)", example="float64"),)
     triggers = (b"float64", b"double", b"Double")
     member = "double"
 

@@ -3,6 +3,7 @@ it: on an NPU it stays False) and outside torch code (``_scope``: reported, not 
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._cuda_only import CudaOnlyGuards
 from npu_migrate.migrate.rules._members import MemberRule
 from npu_migrate.migrate.rules._scope import TorchScoped
@@ -10,9 +11,11 @@ from npu_migrate.migrate.rules._table import TORCH_NPU
 
 
 class IsCuda(CudaOnlyGuards, TorchScoped, MemberRule):
-    code = "NPU204"
-    name = "is-cuda"
-    summary = ".is_cuda → .is_npu on tensors"
+    declarations = (
+        DiagnosticCode("NPU204", "is-cuda",
+                       ".is_cuda → .is_npu on tensors",
+                       rewrites=True, example="is_cuda"),
+    )
     triggers = (b"is_cuda",)
     member = "is_cuda"
 

@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Set, Union
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._attention_blockers import Blocked
@@ -59,10 +60,14 @@ ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//"}
 
 
 class MoeGating(Rule):
-    code = "NPU340"
-    codes = ("NPU340", REPORT)
-    name = "moe-gating"
-    summary = "MoE routers (softmax/sigmoid scores, bias, group-limited top-k) → torch_npu MoE gating kernels (guarded)"
+    declarations = (
+        DiagnosticCode("NPU340", "moe-gating",
+                       "MoE routers (softmax/sigmoid scores, bias, group-limited top-k) → torch_npu MoE gating "
+                       "kernels (guarded)", rewrites=True, example="moe_gating_mixtral"),
+        DiagnosticCode(REPORT, "moe-gating-unfused",
+                       "MoE routers the gating kernels cannot express (reported, not rewritten)",
+                       example="moe_gating_reported"),
+    )
     triggers = (b"topk",)
 
     def __init__(self, ctx) -> None:

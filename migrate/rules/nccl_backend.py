@@ -4,6 +4,7 @@
 
 import re
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._literals import LiteralRule
 from npu_migrate.migrate.rules._table import TableNameRule
 
@@ -11,9 +12,11 @@ _ONE = r"((cpu|cuda):)?(nccl|gloo|mpi|ucc|hccl)"
 
 
 class NcclBackend(TableNameRule, LiteralRule):
-    code = "NPU205"
-    name = "nccl-backend"
-    summary = 'collective backend "nccl" → "hccl"'
+    declarations = (
+        DiagnosticCode("NPU205", "nccl-backend",
+                       'collective backend "nccl" → "hccl"',
+                       rewrites=True, example="nccl_backend"),
+    )
     triggers = (b"nccl", b"NCCL")
 
     pattern = re.compile(rf"(?=.*nccl){_ONE}(,{_ONE})*")

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.rules._fused_site import emit, operand_text
 from npu_migrate.migrate.rules._normal import number
@@ -49,14 +50,14 @@ PLAN = Fallback(
 
 
 class RmsNorm(Rule):
-    code = FUSED
-    codes = (FUSED, REPORT)
-    name = "rms-norm"
-    summary = "RMSNorm (hand-written, F.rms_norm, nn.RMSNorm) → torch_npu.npu_rms_norm (guarded; original kept as fallback)"
-    summaries = {
-        FUSED: summary,
-        REPORT: "RMSNorm-like code that the fused kernels do not reproduce (reported, not rewritten)",
-    }
+    declarations = (
+        DiagnosticCode(FUSED, "rms-norm",
+                       "RMSNorm (hand-written, F.rms_norm, nn.RMSNorm) → torch_npu.npu_rms_norm (guarded; original "
+                       "kept as fallback)", rewrites=True, example="rms_norm_llama"),
+        DiagnosticCode(REPORT, "rms-norm-unfused",
+                       "RMSNorm-like code that the fused kernels do not reproduce (reported, not rewritten)",
+                       example="rms_norm_reported"),
+    )
     triggers = (b"sqrt", b"-0.5", b"rms_norm", b"RMSNorm")
 
     def __init__(self, ctx) -> None:

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec
 from npu_migrate.migrate.rules._fused_site import emit, operand_text
 from npu_migrate.migrate.rules._regions import statement_of
@@ -44,15 +45,14 @@ ROTARY_APIS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", 
                "torch.view_as_complex")
 
 class Rotary(Rule):
-    code = FUSED
-    codes = (FUSED, REPORTED)
-    name = "rotary"
-    summary = "rotary position embedding (half, interleaved, pair-table or complex form) → guarded torch_npu.npu_rotary_mul"
-    summaries = {
-        FUSED: summary,
-        REPORTED: "rotary embedding that is not rewritten (operands that are not plain names, a form the kernel "
-                  "does not take, or a rotation defined in another module)",
-    }
+    declarations = (
+        DiagnosticCode(FUSED, "rotary",
+                       "rotary position embedding (half, interleaved, pair-table or complex form) → guarded "
+                       "torch_npu.npu_rotary_mul", rewrites=True, example="rotary_half"),
+        DiagnosticCode(REPORTED, "rotary-unfused",
+                       "rotary embedding that is not rewritten (operands that are not plain names, a form the kernel "
+                       "does not take, or a rotation defined in another module)", example="rotary_unfused"),
+    )
     triggers = (b"cat", b"stack", b"view_as_complex", b"view_as_real")
 
     def __init__(self, ctx) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec
 from npu_migrate.migrate.rules.base import Rule
 
@@ -20,9 +21,11 @@ TARGET = "torch_npu.npu_fusion_attention"
 
 
 class SdpaAttention(Rule):
-    code = "NPU301"
-    name = "sdpa-attention"
-    summary = "F.scaled_dot_product_attention → torch_npu.npu_fusion_attention via the guarded npu_glue.sdpa"
+    declarations = (
+        DiagnosticCode("NPU301", "sdpa-attention",
+                       "F.scaled_dot_product_attention → torch_npu.npu_fusion_attention via the guarded npu_glue.sdpa",
+                       rewrites=True, example="sdpa"),
+    )
     triggers = (b"scaled_dot_product_attention",)
 
     def visit_Call(self, node: cst.Call) -> None:

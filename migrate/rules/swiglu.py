@@ -29,6 +29,7 @@ import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.defuse import read
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules._attention_blockers import Blocked
@@ -51,10 +52,14 @@ Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node 
 
 
 class SwiGlu(Rule):
-    code = "NPU330"
-    codes = ("NPU330", REPORT)
-    name = "swiglu"
-    summary = "act(gate(x)) * up(x) with a SiLU or GELU gate → torch_npu.npu_swiglu / npu_geglu (checked at run time)"
+    declarations = (
+        DiagnosticCode("NPU330", "swiglu",
+                       "act(gate(x)) * up(x) with a SiLU or GELU gate → torch_npu.npu_swiglu / npu_geglu (checked "
+                       "at run time)", rewrites=True, example="swiglu_fused"),
+        DiagnosticCode(REPORT, "swiglu-unfused",
+                       "gated MLPs the fused kernels cannot express exactly (reported, not rewritten)",
+                       example="swiglu_reported"),
+    )
     triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:

@@ -15,6 +15,7 @@ from typing import Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.rules._table import REEXPORTED, REPORTED, TableNameRule, covering_record, dotted, reroot
 
 # torch's own CUDA-only names (Triton ops, float8, FlexAttention, matmuls without NPU kernels):
@@ -23,29 +24,41 @@ TORCH_IMPORT_CODES = frozenset({"NPU104", "NPU105", "NPU115", "NPU117", "NPU118"
 
 
 class UnsupportedApi(TableNameRule):
-    code = "NPU102"
-    codes = tuple(f"NPU{n}" for n in range(102, 120) if n != 114)  # NPU114: rule compile_mode
-    name = "unsupported-api"
-    summary = "API or library with no NPU support (reported with a fallback plan)"
-    summaries = {
-        "NPU102": "cuDNN/TF32 switch with no NPU effect (HF32 is the analogue)",
-        "NPU103": "torch.cuda.nvtx markers (use torch_npu.npu.mstx)",
-        "NPU104": "custom CUDA extension (port to Ascend C / TileLang-Ascend)",
-        "NPU105": "Triton kernel (port to TileLang-Ascend / Ascend C, or compose)",
-        "NPU106": "flash_attn (use torch_npu.npu_fusion_attention)",
-        "NPU107": "xformers (use torch_npu.npu_fusion_attention or SDPA)",
-        "NPU108": "apex (torch_npu.optim.NpuFused*, npu_rms_norm, native autocast)",
-        "NPU109": "bitsandbytes (no NPU build)",
-        "NPU110": "torch.nn.DataParallel (use DDP with hccl)",
-        "NPU111": "torch.jit.script (run eagerly or torch.compile)",
-        "NPU112": "channels_last memory format (drop it)",
-        "NPU113": "mamba_ssm / causal_conv1d CUDA kernels (compose from torch ops or port)",
-        "NPU115": "float8 dtypes and scaled matmuls (need an SoC with float8 support)",
-        "NPU116": "Helion kernel (compiles to Triton; port or compose)",
-        "NPU117": "FlexAttention (no fused NPU kernel; map the mask to npu_fusion_attention)",
-        "NPU118": "aten matmul without an NPU kernel (_grouped_mm, _weight_int4pack_mm)",
-        "NPU119": "CUDA-only array library (CuPy, Numba CUDA, PyCUDA)",
-    }
+    # NPU114 is rule compile_mode's
+    declarations = (
+        DiagnosticCode("NPU102", "cudnn-switch", "cuDNN/TF32 switch with no NPU effect (HF32 is the analogue)",
+                       example="cudnn_tf32"),
+        DiagnosticCode("NPU103", "nvtx", "torch.cuda.nvtx markers (use torch_npu.npu.mstx)", example="nvtx"),
+        DiagnosticCode("NPU104", "cuda-extension", "custom CUDA extension (port to Ascend C / TileLang-Ascend)",
+                       example="cpp_extension"),
+        DiagnosticCode("NPU105", "triton-kernel", "Triton kernel (port to TileLang-Ascend / Ascend C, or compose)",
+                       example="triton"),
+        DiagnosticCode("NPU106", "flash-attn", "flash_attn (use torch_npu.npu_fusion_attention)",
+                       example="flash_attn"),
+        DiagnosticCode("NPU107", "xformers", "xformers (use torch_npu.npu_fusion_attention or SDPA)",
+                       example="xformers"),
+        DiagnosticCode("NPU108", "apex", "apex (torch_npu.optim.NpuFused*, npu_rms_norm, native autocast)",
+                       example="apex"),
+        DiagnosticCode("NPU109", "bitsandbytes", "bitsandbytes (no NPU build)", example="bitsandbytes"),
+        DiagnosticCode("NPU110", "data-parallel", "torch.nn.DataParallel (use DDP with hccl)",
+                       example="data_parallel"),
+        DiagnosticCode("NPU111", "jit-script", "torch.jit.script (run eagerly or torch.compile)",
+                       example="jit_script"),
+        DiagnosticCode("NPU112", "channels-last", "channels_last memory format (drop it)", example="channels_last"),
+        DiagnosticCode("NPU113", "mamba-kernels",
+                       "mamba_ssm / causal_conv1d CUDA kernels (compose from torch ops or port)", example="mamba_ssm"),
+        DiagnosticCode("NPU115", "float8", "float8 dtypes and scaled matmuls (need an SoC with float8 support)",
+                       example="float8"),
+        DiagnosticCode("NPU116", "helion-kernel", "Helion kernel (compiles to Triton; port or compose)",
+                       example="helion"),
+        DiagnosticCode("NPU117", "flex-attention",
+                       "FlexAttention (no fused NPU kernel; map the mask to npu_fusion_attention)",
+                       example="flex_attention"),
+        DiagnosticCode("NPU118", "aten-matmul", "aten matmul without an NPU kernel (_grouped_mm, _weight_int4pack_mm)",
+                       example="aten_matmul"),
+        DiagnosticCode("NPU119", "cuda-arrays", "CUDA-only array library (CuPy, Numba CUDA, PyCUDA)",
+                       example="cuda_arrays"),
+    )
     triggers = (b"cudnn", b"tf32", b"matmul_precision", b"backends.cuda", b"nvtx", b"cpp_extension", b"triton",
                 b"flash_attn", b"xformers", b"apex", b"amp_C", b"bitsandbytes", b"DataParallel", b"jit",
                 b"channels_last", b"mamba_ssm", b"causal_conv1d", b"float8", b"float4", b"_scaled_", b"helion",

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from npu_migrate.migrate import rules as migrate_rules
 from npu_migrate.migrate.cli import app
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
@@ -19,9 +20,7 @@ from npu_migrate.opmap import Fallback
 class CudaToNpu(Rule):
     """``x.cuda()`` → ``x.npu()``; ``x.glue()`` additionally needs the helper module ``npu_glue``."""
 
-    code = "NPU901"
-    name = "test-cuda"
-    summary = "test rule: .cuda() becomes .npu()"
+    declarations = (DiagnosticCode("NPU901", "test-cuda", "test rule: .cuda() becomes .npu()", rewrites=True),)
     triggers = (b".cuda(", b".glue(")
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -33,9 +32,7 @@ class CudaToNpu(Rule):
 
 
 class NoDouble(Rule):
-    code = "NPU902"
-    name = "test-double"
-    summary = "test rule: .double() is reported"
+    declarations = (DiagnosticCode("NPU902", "test-double", "test rule: .double() is reported"),)
     triggers = (b".double(",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -45,9 +42,7 @@ class NoDouble(Rule):
 
 
 class Crashes(Rule):
-    code = "NPU903"
-    name = "test-crash"
-    summary = "test rule: crashes on CRASH_ME"
+    declarations = (DiagnosticCode("NPU903", "test-crash", "test rule: crashes on CRASH_ME"),)
     triggers = (b"CRASH_ME",)
 
     def visit_Name(self, node: cst.Name) -> None:

@@ -7,6 +7,7 @@ import libcst.matchers as m
 import pytest
 
 from npu_migrate.migrate import apply as apply_module
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Splice, code
 from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.guarded import region
@@ -15,9 +16,7 @@ from npu_migrate.opmap import OpTable
 
 
 class RenameCuda(Rule):
-    code = "NPU900"
-    name = "t-rename"
-    summary = "x.cuda() -> x.npu()"
+    declarations = (DiagnosticCode("NPU900", "t-rename", "x.cuda() -> x.npu()", rewrites=True),)
     triggers = (b"cuda",)
 
     def visit_Call(self, node):
@@ -28,9 +27,7 @@ class RenameCuda(Rule):
 class ProductToCall(Rule):
     """``a * b`` with two names -> ``mul(a, b)``, keeping both operands as holes."""
 
-    code = "NPU901"
-    name = "t-product"
-    summary = "product"
+    declarations = (DiagnosticCode("NPU901", "t-product", "product", rewrites=True),)
     triggers = (b"*",)
 
     def visit_BinaryOperation(self, node):
@@ -41,9 +38,7 @@ class ProductToCall(Rule):
 class ProductDropped(Rule):
     """``a * b`` -> ``zero()``: rebuilds the product without keeping its operands."""
 
-    code = "NPU902"
-    name = "t-drop"
-    summary = "drop"
+    declarations = (DiagnosticCode("NPU902", "t-drop", "drop", rewrites=True),)
     triggers = (b"*",)
 
     def visit_BinaryOperation(self, node):
@@ -54,9 +49,7 @@ class ProductDropped(Rule):
 class GuardFirstTwo(Rule):
     """The first two statements of every function become a guarded region with a fused ``r = fast()``."""
 
-    code = "NPU903"
-    name = "t-guard"
-    summary = "guard"
+    declarations = (DiagnosticCode("NPU903", "t-guard", "guard", rewrites=True),)
     triggers = (b"def",)
 
     def visit_FunctionDef(self, node):
@@ -70,9 +63,7 @@ class GuardFirstTwo(Rule):
 class RemoveMarked(Rule):
     """Statements ``drop_me()`` are removed (their comments move to the next statement)."""
 
-    code = "NPU904"
-    name = "t-remove"
-    summary = "remove"
+    declarations = (DiagnosticCode("NPU904", "t-remove", "remove", rewrites=True),)
     triggers = (b"drop_me",)
 
     def visit_IndentedBlock(self, node):

@@ -1,6 +1,7 @@
 import libcst as cst
 import libcst.matchers as m
 
+from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec, code
 from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.base import Rule
@@ -11,9 +12,7 @@ TABLE = OpTable([OpRecord("torch.float64", "unsupported", code="NPU901", summary
 
 
 class RenameCuda(Rule):
-    code = "NPU900"
-    name = "test-rename"
-    summary = "x.cuda() -> x.npu()"
+    declarations = (DiagnosticCode("NPU900", "test-rename", "x.cuda() -> x.npu()", rewrites=True),)
     triggers = (b".cuda(",)
 
     def visit_Call(self, node):
@@ -22,9 +21,7 @@ class RenameCuda(Rule):
 
 
 class ReportFloat64(Rule):
-    code = "NPU901"
-    name = "test-report"
-    summary = "report float64"
+    declarations = (DiagnosticCode("NPU901", "test-report", "report float64"),)
     triggers = (b"float64",)
 
     def visit_Attribute(self, node):
@@ -36,9 +33,7 @@ class ReportFloat64(Rule):
 class WrapCalls(Rule):
     """Wraps every call to ``wrap`` in ``outer(...)``: composes with fixes inside the call."""
 
-    code = "NPU902"
-    name = "test-wrap"
-    summary = "wrap"
+    declarations = (DiagnosticCode("NPU902", "test-wrap", "wrap", rewrites=True),)
     triggers = (b"wrap(",)
 
     def visit_Call(self, node):
@@ -47,9 +42,7 @@ class WrapCalls(Rule):
 
 
 class Crash(Rule):
-    code = "NPU903"
-    name = "test-crash"
-    summary = "crashes"
+    declarations = (DiagnosticCode("NPU903", "test-crash", "crashes"),)
     triggers = (b"boom",)
 
     def visit_Name(self, node):

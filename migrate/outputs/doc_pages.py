@@ -1,0 +1,182 @@
+"""The generated parts of the doc pages ``migrate/docs/NPUxxx.md``, from the code declarations.
+
+Generated: the heading ``# CODE: summary`` (every code), and for a rule code the ``## Example``
+section (its declared example fixture: a rewrite's first changed hunk of ``input.py`` →
+``expected.py`` as before/after, a report's input lines at the finding and its message) and the
+``## Op-table records`` section (the records whose ``code:`` is the code). The other sections are
+written by hand and kept as they are; a tool code's Example is hand-written too (it has no fixture).
+
+The pages are package data and the installed tool has no fixtures, so this is a dev-time step:
+``python -m npu_migrate.migrate.outputs.doc_pages --write`` rewrites the pages in place,
+``--check`` (the default) lists those that differ; tests/outputs/test_doc_pages.py fails on them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
+COMMAND = "python -m npu_migrate.migrate.outputs.doc_pages --write"
+CONTEXT = 1  # unchanged lines around a hunk
+REPORT_BEFORE, REPORT_AFTER = 3, 3  # at most this many lines around a reported finding
+EXAMPLE, RECORDS, AFTER_EXAMPLE = "Example", "Op-table records", "Fix safety"
+
+
+def op_table_keys(table=None) -> Dict[str, Tuple[str, ...]]:
+    """code → the api keys of the op-table records whose ``code:`` it is (residual.yaml's too)."""
+    from npu_migrate.opmap import load_table
+
+    keys: Dict[str, List[str]] = {}
+    for record in (table or load_table()).records():
+        if record.code:
+            keys.setdefault(record.code, []).append(record.api)
+    return {code: tuple(sorted(set(apis))) for code, apis in keys.items()}
+
+
+def _inline(text: str) -> str:
+    """Markdown inline code for ``text``, which may hold backticks itself."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _block(lines: Sequence[str]) -> str:
+    return "```python\n" + "\n".join(lines) + "\n```"
+
+
+def _dedented(*groups: Sequence[str]) -> List[List[str]]:
+    """The groups of lines, each dedented by the indent common to all of them."""
+    joined = textwrap.dedent("\n".join("\n".join(g) for g in groups if g))
+    out, at = [], joined.split("\n")
+    for group in groups:
+        out.append(at[:len(group)] if group else [])
+        at = at[len(group):] if group else at
+    return out
+
+
+def _finding(example: Path, code: str) -> Tuple[int, str]:
+    """The first line of the example's diagnostics.txt with ``code``: its line number and the line."""
+    for line in (example / "diagnostics.txt").read_text(encoding="utf-8").splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) >= 2 and parts[1] == code:
+            return int(parts[0].split(":")[0]), line.strip()
+    raise ValueError(f"{example}/diagnostics.txt has no {code} finding (the declared example must show the code)")
+
+
+def _only_imports(group, before: List[str], after: List[str]) -> bool:
+    changed = [line for tag, i1, i2, j1, j2 in group if tag != "equal" for line in (*before[i1:i2], *after[j1:j2])]
+    return all(not line.strip() or line.startswith(("import ", "from ")) for line in changed)
+
+
+def _first_hunk(before: List[str], after: List[str]) -> Tuple[List[str], List[str]]:
+    """The first hunk (with context) that changes more than the imports (else the first hunk)."""
+    groups = list(difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(CONTEXT))
+    if not groups:
+        raise ValueError("the example's expected.py equals its input.py")
+    group = next((g for g in groups if not _only_imports(g, before, after)), groups[0])
+    return before[group[0][1]:group[-1][2]], after[group[0][3]:group[-1][4]]
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _around(source: List[str], line: int) -> List[str]:
+    """The lines shown for a finding on ``line`` (1-based): back to the enclosing header (the nearest
+    line indented less, at most ``REPORT_BEFORE`` lines up), the line, and the lines nested under it."""
+    at = line - 1
+    start = at
+    while start > max(0, at - REPORT_BEFORE) and (not source[start - 1].strip()
+                                                  or _indent(source[start - 1]) >= _indent(source[at])):
+        start -= 1
+    if start > 0 and _indent(source[start - 1]) < _indent(source[at]):
+        start -= 1
+    end = at + 1
+    while end < min(len(source), at + 1 + REPORT_AFTER) and source[end].strip() \
+            and _indent(source[end]) > _indent(source[at]):
+        end += 1
+    shown = source[start:end]
+    while shown and not shown[0].strip():
+        shown = shown[1:]
+    return shown
+
+
+def example_section(declared: DiagnosticCode, fixtures: Path = FIXTURES) -> str:
+    """The ``## Example`` section's text for a rule code, from its declared example fixture."""
+    example = fixtures / declared.example_dir
+    source = (example / "input.py").read_text(encoding="utf-8").splitlines()
+    line, finding = _finding(example, declared.code)
+    where = f"`fixtures/rules/{declared.example_dir}`"
+    if declared.rewrites:
+        expected = (example / "expected.py").read_text(encoding="utf-8").splitlines()
+        old, new = _dedented(*_first_hunk(source, expected))
+        return (f"From {where}, the first change. Before:\n\n{_block(old)}\n\nAfter:\n\n{_block(new)}\n\n"
+                f"The finding: {_inline(finding)}")
+    (shown,) = _dedented(_around(source, line))
+    return f"From {where}:\n\n{_block(shown)}\n\nis reported: {_inline(finding)}"
+
+
+def records_section(keys: Sequence[str]) -> str:
+    if not keys:
+        return "None: this code reads no op-table record."
+    return ", ".join(f"`{key}`" for key in keys)
+
+
+def _set_section(page: str, title: str, body: str, before: str) -> str:
+    """``page`` with section ``title``'s text replaced by ``body`` (inserted before section ``before``
+    when the page has none)."""
+    text = f"## {title}\n\n{body}\n\n"
+    match = re.search(rf"^## {re.escape(title)}[ \t]*\n.*?(?=^## |\Z)", page, re.M | re.S)
+    if match:
+        return page[:match.start()] + text + page[match.end():]
+    anchor = re.search(rf"^## {re.escape(before)}[ \t]*$", page, re.M)
+    if anchor is None:
+        raise ValueError(f"the page has no '## {before}' section to put '## {title}' before")
+    return page[:anchor.start()] + text + page[anchor.start():]
+
+
+def render(page: str, declared: DiagnosticCode, keys: Sequence[str] = (), fixtures: Path = FIXTURES) -> str:
+    """``page`` with its generated parts made from ``declared`` (the hand-written sections kept)."""
+    _, _, rest = page.partition("\n")
+    page = f"# {declared.code}: {declared.summary}\n{rest}"
+    if declared.example:
+        page = _set_section(page, EXAMPLE, example_section(declared, fixtures), AFTER_EXAMPLE)
+        page = _set_section(page, RECORDS, records_section(keys), AFTER_EXAMPLE)
+    return page.rstrip("\n") + "\n"
+
+
+def generated(docs: Path = diagnostics.DOCS_DIR, fixtures: Path = FIXTURES) -> Dict[Path, Tuple[str, str]]:
+    """Every code's page: path → (text on disk, text generated from the declarations)."""
+    if not fixtures.is_dir():
+        raise FileNotFoundError(f"{fixtures}: the fixtures are in the source checkout, not the installed tool")
+    keys = op_table_keys()
+    pages = {}
+    for code, declared in diagnostics.declarations().items():
+        path = docs / f"{code}.md"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: {code} has no doc page (write its hand-written sections first)")
+        current = path.read_text(encoding="utf-8")
+        pages[path] = (current, render(current, declared, keys.get(code, ()), fixtures))
+    return pages
+
+
+def main(argv: Sequence[str] = (), docs: Path = diagnostics.DOCS_DIR) -> int:
+    write = "--write" in argv
+    stale = [(path, new) for path, (old, new) in generated(docs).items() if old != new]
+    for path, new in stale:
+        if write:
+            path.write_text(new, encoding="utf-8")
+        sys.stderr.write(f"{'rewrote' if write else 'out of date'}: {path}\n")
+    if stale and not write:
+        sys.stderr.write(f"run `{COMMAND}`\n")
+    return 1 if stale and not write else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

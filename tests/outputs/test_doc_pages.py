@@ -1,0 +1,124 @@
+"""The doc pages' generated parts (heading, Example, Op-table records) match the declarations; the
+hand-written sections are kept as they are."""
+
+from pathlib import Path
+
+import pytest
+
+from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.outputs import doc_pages
+from npu_migrate.migrate.outputs.codes import section_of
+from npu_migrate.opmap import load_table
+
+HAND_WRITTEN = ("What it does", "Why", "Fix safety", "Known problems")
+PAGE = """# NPU777: an old heading
+
+## What it does
+
+Rewrites things.
+
+## Why
+
+Because.
+
+## Example
+
+    old hand-written example
+
+## Fix safety
+
+Safe.
+
+## Known problems
+
+None.
+"""
+
+
+def test_every_page_on_disk_is_the_generated_one():
+    stale = [path.name for path, (on_disk, wanted) in doc_pages.generated().items() if on_disk != wanted]
+    assert not stale, f"doc pages out of date with the code declarations: {stale}; run `{doc_pages.COMMAND}`"
+
+
+def test_the_check_command_names_the_stale_page_and_the_fix(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for page in diagnostics.DOCS_DIR.glob("*.md"):
+        (docs / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+    (docs / "NPU321.md").write_text((docs / "NPU321.md").read_text().replace("# NPU321: ", "# NPU321: stale "))
+    assert doc_pages.main([], docs) == 1
+    err = capsys.readouterr().err
+    assert "NPU321.md" in err and doc_pages.COMMAND in err and "NPU320.md" not in err
+    assert doc_pages.main(["--write"], docs) == 0 and doc_pages.main([], docs) == 0
+    assert (docs / "NPU321.md").read_text() == diagnostics.doc_page("NPU321")
+
+
+def test_headings_are_the_declared_summaries_and_report_codes_have_their_own():
+    declared = diagnostics.declarations()
+    for code, d in declared.items():
+        assert diagnostics.doc_page(code).splitlines()[0] == f"# {code}: {d.summary}"
+    for fused, report in (("NPU320", "NPU321"), ("NPU330", "NPU331"), ("NPU340", "NPU341"), ("NPU310", "NPU311"),
+                          ("NPU302", "NPU303")):
+        assert diagnostics.doc_page(fused).splitlines()[0][8:] != diagnostics.doc_page(report).splitlines()[0][8:]
+
+
+def _fixture(root: Path, name: str, source: str, diagnostics_txt: str, expected: str = None) -> Path:
+    case = root / name
+    case.mkdir(parents=True)
+    (case / "input.py").write_text(source)
+    (case / "diagnostics.txt").write_text(diagnostics_txt)
+    if expected is not None:
+        (case / "expected.py").write_text(expected)
+    return case
+
+
+def test_render_replaces_the_generated_parts_and_keeps_the_hand_written_ones(tmp_path):
+    source = "import torch\n\n\ndef f(x):\n    y = x.cuda()\n    return y\n"
+    expected = "import torch\nimport torch_npu\n\n\ndef f(x):\n    y = x.npu()\n    return y\n"
+    _fixture(tmp_path, "NPU777_demo", source, "5:8 NPU777 .cuda() → .npu()\n", expected)
+    declared = DiagnosticCode("NPU777", "demo", "a new summary", rewrites=True, example="demo")
+    page = doc_pages.render(PAGE, declared, ("Tensor.cuda",), fixtures=tmp_path)
+    assert page.startswith("# NPU777: a new summary\n")
+    for title in HAND_WRITTEN:
+        assert section_of(page, title) == section_of(PAGE, title), title
+    example = section_of(page, "Example")
+    assert "old hand-written example" not in example
+    # the import-only hunk is skipped: the first hunk that changes code is shown, dedented
+    assert "```python\ndef f(x):\n    y = x.cuda()\n    return y\n```" in example
+    assert "```python\ndef f(x):\n    y = x.npu()\n    return y\n```" in example
+    assert "`5:8 NPU777 .cuda() → .npu()`" in example
+    assert section_of(page, "Op-table records") == "`Tensor.cuda`"
+    assert page.index("## Example") < page.index("## Op-table records") < page.index("## Fix safety")
+    assert doc_pages.render(page, declared, ("Tensor.cuda",), fixtures=tmp_path) == page  # a fixed point
+
+
+def test_a_report_example_shows_the_lines_at_the_finding_and_its_message(tmp_path):
+    source = "import torch\n\n\nclass M:\n    def forward(self, x):\n        return x.double()\n"
+    _fixture(tmp_path, "NPU777_report", source, "6:15 NPU777 .double(): `float64` has no NPU kernels\n")
+    declared = DiagnosticCode("NPU777", "demo", "summary", example="report")
+    example = doc_pages.example_section(declared, fixtures=tmp_path)
+    assert "```python\ndef forward(self, x):\n    return x.double()\n```" in example
+    assert example.endswith("is reported: `` 6:15 NPU777 .double(): `float64` has no NPU kernels ``")
+
+
+def test_an_example_without_the_code_is_an_error(tmp_path):
+    _fixture(tmp_path, "NPU777_other", "x = 1\n", "1:0 NPU778 something else\n")
+    with pytest.raises(ValueError, match="NPU777"):
+        doc_pages.example_section(DiagnosticCode("NPU777", "demo", "summary", example="other"), fixtures=tmp_path)
+
+
+def test_a_tool_code_page_keeps_its_hand_written_example():
+    page = diagnostics.doc_page("NPU001")
+    assert doc_pages.render(page, diagnostics.tool_declarations()["NPU001"]) == page
+    assert "## Op-table records" not in page and 'print "hello"' in section_of(page, "Example")
+
+
+def test_op_table_keys_are_the_records_with_the_code():
+    table = load_table()
+    keys = doc_pages.op_table_keys(table)
+    for code in ("NPU201", "NPU321", "NPU303", "NPU108"):
+        assert set(keys[code]) == {r.api for r in table.records() if r.code == code}, code
+    assert "pattern.rms_norm.unrecognised" in keys["NPU321"]  # the residual pass's record
+    page = diagnostics.doc_page("NPU321")
+    assert section_of(page, "Op-table records") == ", ".join(f"`{k}`" for k in keys["NPU321"])
