@@ -17,20 +17,11 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Set
 
 import libcst as cst
 
+from npu_migrate.migrate.names import target_names
 from npu_migrate.migrate.tree import children, walk
 
 _LOOPS = (cst.For, cst.While)
 _JUMPS = (cst.Return, cst.Break, cst.Continue, cst.Raise, cst.Yield, cst.Await)
-
-
-def _target_names(node: cst.CSTNode) -> Iterable[str]:
-    if isinstance(node, cst.Name):
-        yield node.value
-    elif isinstance(node, (cst.Tuple, cst.List)):
-        for element in node.elements:
-            yield from _target_names(element.value)
-    elif isinstance(node, cst.StarredElement):
-        yield from _target_names(node.value)
 
 
 def defined(nodes: Iterable[cst.CSTNode]) -> Set[str]:
@@ -46,17 +37,17 @@ def defined(nodes: Iterable[cst.CSTNode]) -> Set[str]:
         if isinstance(node, cst.Lambda):
             continue
         if isinstance(node, cst.AssignTarget):
-            found.update(_target_names(node.target))
+            found.update(target_names(node.target))
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            found.update(_target_names(node.target))
+            found.update(target_names(node.target))
         elif isinstance(node, (cst.For, cst.CompFor)):
-            found.update(_target_names(node.target))
+            found.update(target_names(node.target))
         elif isinstance(node, cst.AsName):
-            found.update(_target_names(node.name))
+            found.update(target_names(node.name))
         elif isinstance(node, cst.NamedExpr):
-            found.update(_target_names(node.target))
+            found.update(target_names(node.target))
         elif isinstance(node, cst.Del):
-            found.update(_target_names(node.target))
+            found.update(target_names(node.target))
         elif isinstance(node, cst.ImportAlias) and node.asname is None:
             name = node.name
             while isinstance(name, cst.Attribute):

@@ -20,15 +20,15 @@ from libcst.metadata import MetadataWrapper, ScopeProvider
 _COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar, cst.FunctionDef, cst.ClassDef, cst.Match)
 
 
-def _target_names(node: cst.CSTNode) -> Iterable[str]:
+def target_names(node: cst.CSTNode) -> Iterable[str]:
     """Names bound by an assignment target (tuples, lists and starred unpacked)."""
     if isinstance(node, cst.Name):
         yield node.value
     elif isinstance(node, (cst.Tuple, cst.List)):
         for element in node.elements:
-            yield from _target_names(element.value)
+            yield from target_names(element.value)
     elif isinstance(node, cst.StarredElement):
-        yield from _target_names(node.value)
+        yield from target_names(node.value)
 
 
 class NameResolver:
@@ -70,9 +70,9 @@ class NameResolver:
                 self.imports[local].add(f"{base}.{name}")
         elif isinstance(node, cst.Assign):
             for target in node.targets:
-                self.other_bindings.update(_target_names(target.target))
+                self.other_bindings.update(target_names(target.target))
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-            self.other_bindings.update(_target_names(node.target))
+            self.other_bindings.update(target_names(node.target))
 
     def _compound(self, node: cst.CSTNode) -> None:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -85,15 +85,15 @@ class NameResolver:
                 if isinstance(star, cst.Param):
                     self.other_bindings.add(star.name.value)
         if isinstance(node, cst.For):
-            self.other_bindings.update(_target_names(node.target))
+            self.other_bindings.update(target_names(node.target))
         if isinstance(node, cst.With):
             for item in node.items:
                 if item.asname is not None:
-                    self.other_bindings.update(_target_names(item.asname.name))
+                    self.other_bindings.update(target_names(item.asname.name))
         if isinstance(node, (cst.Try, cst.TryStar)):
             for handler in node.handlers:
                 if handler.name is not None:
-                    self.other_bindings.update(_target_names(handler.name.name))
+                    self.other_bindings.update(target_names(handler.name.name))
                 self._walk(handler.body.body)
             for extra in (node.orelse, node.finalbody):
                 if extra is not None:
