@@ -86,7 +86,8 @@ class FileContext:
         rules that match on it."""
         found = self._views.get(id(func))
         if found is None:
-            from npu_migrate.migrate.rules._view import Scope, View, module_functions
+            from npu_migrate.migrate.rules._view import View
+            from npu_migrate.migrate.rules._view_scope import Scope, module_functions
 
             if self._functions is None:
                 self._functions = module_functions(self.module)
