@@ -243,7 +243,7 @@ class _Reader:
 
     def _product(self, value: Value):
         found = self.found
-        if found.merged_heads:
+        if found.merged_heads or value.name == "bmm":
             return Blocked(value.node, "the scores come from 3-D products with the heads merged into the batch, "
                                        "which the rule does not prove to be Q and K^T", MERGED_PLAN)
         q, kt = value.input, value["other"]

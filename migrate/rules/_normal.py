@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
+import libcst as cst
+
 _RULES: List[Callable] = []
 
 
@@ -112,6 +114,28 @@ def _transposed(value):
     if value.op == "t":
         return _derived(value, "transposed", {"input": value.input})
     return value
+
+
+@rule
+def _batched(value):
+    """``torch.bmm(a, b)``, ``a.bmm(b)``: a matmul of 3-D operands, named "bmm" to keep that known;
+    there ``b.transpose(1, 2)`` and ``b.permute(0, 2, 1)`` swap the last two dims."""
+    node = value.node
+    if value.op != "matmul" or value.name is not None or not isinstance(node, cst.Call):
+        return value
+    func = node.func
+    if (func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)) != "bmm":
+        return value
+    from npu_migrate.migrate.rules._view import Value
+
+    other = value["other"]
+    if other is not None and other.op == "transpose" and {number(other["dim0"]), number(other["dim1"])} == {1, 2}:
+        other = _derived(other, "transposed", {"input": other.input})
+    elif other is not None and other.op == "permute":
+        dims = other["*rest"] or other["dims"]
+        if [number(item) for item in (dims.items if dims is not None else ())] == [0, 2, 1]:
+            other = _derived(other, "transposed", {"input": other.input})
+    return Value("matmul", {**value.kw, "other": other}, node=node, view=value.view, name="bmm")
 
 
 @rule
