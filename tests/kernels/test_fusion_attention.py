@@ -312,6 +312,19 @@ def test_peak_memory_is_linear_in_sequence_length(monkeypatch):
 
 # ----------------------------------------------------------------------------- errors
 
+def test_compressed_mask_changed_in_place_is_checked_again():
+    q, k, v = qkv()
+    mask = compressed()
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)  # the cached check
+    mask[0, 5] = False
+    with pytest.raises(NpuOpError, match="must equal torch.triu"):
+        npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)
+    with torch.inference_mode():
+        frozen = compressed()
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=frozen, sparse_mode=3)  # no version counter: checked each call
+
+
 @pytest.mark.parametrize("change,match", [
     (dict(dtype=torch.float64), "float64"),
     (dict(query_dtype=torch.float16), "share one dtype"),
