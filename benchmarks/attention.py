@@ -8,7 +8,10 @@ implementations:
 
 * ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (the baseline of the ratios);
 * ``npu_fa``: ``torch_npu.npu_fusion_attention`` under ``kernels.emulate()`` (the dispatcher op,
-  as migrated code calls it; all seven outputs, softmax statistics included);
+  as migrated code calls it; all seven outputs, softmax statistics included). Both cases map onto
+  SDPA, so it takes the emulator's SDPA fast path (``kernels._fusion_attention_sdpa``);
+* ``blocked``: the same call with the fast path off: the blocked FlashAttention-2 core that every
+  call SDPA cannot express (pse, dropout, bands, varlen, ...) still takes;
 * ``eager``: ``softmax(q @ k^T * scale) @ v``, which materialises the S x S scores (memory only
   grows quadratically; skipped where its two S x S float32 buffers would not fit in half of the
   machine's free memory).
@@ -36,7 +39,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, N, D = 1, 8, 128
-IMPLS = ("sdpa", "npu_fa", "eager")
+IMPLS = ("sdpa", "npu_fa", "blocked", "eager")
 CASES = ("full", "causal")
 
 
@@ -53,6 +56,7 @@ def _functions(case: str, seq: int):
     import torch.nn.functional as F
 
     from npu_migrate import kernels
+    from npu_migrate.kernels import _fusion_attention_sdpa as fast_path
 
     kernels.activate()
     import torch_npu
@@ -70,10 +74,21 @@ def _functions(case: str, seq: int):
             s = s.masked_fill(~tril, float("-inf"))
         return torch.softmax(s, dim=-1) @ v
 
+    def npu_fa():
+        return torch_npu.npu_fusion_attention(q, k, v, N, "BNSD", scale=scale, atten_mask=mask,
+                                              sparse_mode=2 if causal else 0)
+
+    def blocked():
+        fast_path.ENABLED = False
+        try:
+            return npu_fa()
+        finally:
+            fast_path.ENABLED = True
+
     return {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal),
-        "npu_fa": lambda: torch_npu.npu_fusion_attention(q, k, v, N, "BNSD", scale=scale, atten_mask=mask,
-                                                         sparse_mode=2 if causal else 0),
+        "npu_fa": npu_fa,
+        "blocked": blocked,
         "eager": eager,
     }
 

@@ -5,10 +5,10 @@ Nq a multiple of Nkv), plus a :class:`Problem` that says how the logits are scal
 masked. :func:`attention` computes it the FlashAttention way: key/value blocks with an online
 softmax, in float32 whatever the input dtype, so memory grows linearly in S (one score block of
 at most ``SCORE_BLOCK_ELEMENTS`` floats lives at a time), and it yields the exact row max and
-row sum that the NPU kernels return as softmax_max / softmax_sum. (Why not SDPA: it returns at
-most the log-sum-exp, and recovering the row max from the scores costs a second QK^T pass, about
-as much as SDPA itself.) GQA is done without repeating K/V: the
-G = Nq/Nkv query heads that share a KV head are folded into the rows of one matmul.
+row sum that the NPU kernels return as softmax_max / softmax_sum (``npu_fusion_attention`` takes
+torch's fused SDPA kernel instead where the call is an SDPA call: ``_fusion_attention_sdpa``).
+GQA is done without repeating K/V: the G = Nq/Nkv query heads that share a KV head are folded
+into the rows of one matmul.
 
 Backward (FA2 style) recomputes the score blocks from the saved row max/sum, so training memory
 stays linear too.
@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import Iterator, Optional, Tuple
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from npu_migrate.kernels._checks import dtype_name, require
 
@@ -111,15 +112,26 @@ def check_compressed_mask_shape(op: str, mask: torch.Tensor, sparse_mode: int) -
     )
 
 
+#: mask tensor -> its version counter when it was found to be the compressed mask
+_COMPRESSED_SEEN = WeakIdKeyDictionary()
+
+
 def check_compressed_mask(op: str, mask: torch.Tensor, sparse_mode: int) -> None:
-    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else."""
+    """Sparse modes 2/3/4 take the compressed ``triu(ones(2048, 2048), 1)`` mask, nothing else.
+    Checked once per mask tensor and version (a 4M-element compare costs more than attention at
+    S = 1024); an in-place change, or a new tensor, is checked again."""
     n = COMPRESSED_MASK_SIZE
     check_compressed_mask_shape(op, mask, sparse_mode)
+    version = None if mask.is_inference() else mask._version  # inference tensors have no version
+    if version is not None and _COMPRESSED_SEEN.get(mask) == version:
+        return
     require(
         torch.equal(mask.reshape(n, n), _compressed_causal()), op,
         f"sparse_mode={sparse_mode}: atten_mask must equal torch.triu(torch.ones({n}, {n}), diagonal=1) "
         "(True = masked); this one differs",
     )
+    if version is not None:
+        _COMPRESSED_SEEN[mask] = version
 
 
 @dataclass(frozen=True)

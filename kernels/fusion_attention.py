@@ -28,6 +28,8 @@ Real semantics, including the traps a migration can fall into:
   ``numels`` the number of dropout-mask elements (all three 0 without dropout). The ``seed`` /
   ``offset`` arguments, ``gen_mask_parallel`` and ``sync`` only steer the real mask generator
   and are ignored.
+* Where the call is exactly an SDPA call (no pse, no dropout, masks SDPA expresses), the forward runs torch's fused SDPA kernel: ``kernels._fusion_attention_sdpa``, which
+  says what maps, and why its softmax statistics come in log-sum-exp form (max = lse, sum = 1).
 * Differentiable in query/key/value (``NpuFusionAttention``): the backward is
   ``npu_fusion_attention_grad`` fed with the forward's softmax_max / softmax_sum / output and its
   dropout seed, as on the NPU; pse gets no gradient (the grad op's dpse comes back empty, meta).
@@ -41,6 +43,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from npu_migrate.kernels import _attention_core as core
+from npu_migrate.kernels import _fusion_attention_sdpa as sdpa
 from npu_migrate.kernels._checks import NpuOpError, require
 from npu_migrate.kernels._fusion_attention_args import OP, FaCall, as_bnsd, prepare
 from npu_migrate.kernels.registry import Derivative, npu_op
@@ -57,6 +60,10 @@ def _join(parts):
 
 
 def _forward(call: FaCall, base_seed: int):
+    how = sdpa.plan(call)
+    if how is not None:
+        out, row_max, row_sum = sdpa.attention(call, how)
+        return call.to_layout(out), call.stats_out(row_max), call.stats_out(row_sum)
     outs, maxes, sums = [], [], []
     for i, (sq, skv), rows, keys in call.slices():
         out, row_max, row_sum = core.attention(call.q[:, :, rows], call.k[:, :, keys], call.v[:, :, keys],

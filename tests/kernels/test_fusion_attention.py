@@ -1,7 +1,9 @@
 """``npu_fusion_attention`` against the independent float64 reference of ``attention_ref``.
 
 The ``small_blocks`` fixture makes every case run through many query and key/value blocks with
-ragged edges (the online-softmax merging, band skipping, block-wise dropout and backward).
+ragged edges (the online-softmax merging, band skipping, block-wise dropout and backward). The
+``blocked_path`` fixture turns the SDPA fast path off, so that every case here tests the blocked
+core; ``test_fusion_attention_sdpa`` tests the fast path and its agreement with the blocked one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 import npu_migrate.kernels._attention_core as core
+import npu_migrate.kernels._fusion_attention_sdpa as sdpa
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.fusion_attention import npu_fusion_attention
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
@@ -36,6 +39,11 @@ def close(out, ref, dtype=torch.float32):
 
 
 SCALE = 1 / math.sqrt(D)
+
+
+@pytest.fixture(autouse=True)
+def blocked_path(monkeypatch):
+    monkeypatch.setattr(sdpa, "ENABLED", False)
 
 
 # ----------------------------------------------------------------------------- forward
@@ -303,6 +311,19 @@ def test_peak_memory_is_linear_in_sequence_length(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- errors
+
+def test_compressed_mask_changed_in_place_is_checked_again():
+    q, k, v = qkv()
+    mask = compressed()
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)  # the cached check
+    mask[0, 5] = False
+    with pytest.raises(NpuOpError, match="must equal torch.triu"):
+        npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=mask, sparse_mode=2)
+    with torch.inference_mode():
+        frozen = compressed()
+    npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=frozen, sparse_mode=3)  # no version counter: checked each call
+
 
 @pytest.mark.parametrize("change,match", [
     (dict(dtype=torch.float64), "float64"),
