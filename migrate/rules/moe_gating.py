@@ -95,7 +95,7 @@ class MoeGating(Rule):
         for match in routers_in(view):
             topk = match.topk if isinstance(match, Router) else None
             where = topk.node if topk is not None else match.node
-            if where is None or self.ctx.migrated(where) or id(where) in self._done:
+            if where is None or self.ctx.migrated(where) or id(where) in self._done or self._migrated_here(match, view):
                 continue
             if isinstance(match, Blocked):
                 self._blocked.setdefault(id(where), match)
@@ -105,6 +105,14 @@ class MoeGating(Rule):
             if problem is not None:
                 anchor = statement_of(where, self.ctx.tree.parents())
                 self.report(anchor, f"MoE router not fused: {problem}", fallback=MOVED_PLAN, code=REPORT)
+
+    def _migrated_here(self, match, view) -> bool:
+        """A router whose values in this function lie in code this tool emitted (a helper it calls,
+        such as a ``get_topk_indices`` method, is outside the guard: its fallback call is not)."""
+        if not isinstance(match, Router):
+            return False
+        values = [match.weights, match.indices, match.probs, *match.values]
+        return any(v is not None and v.node is not None and view.home(v) and self.ctx.migrated(v.node) for v in values)
 
     # -- one router ------------------------------------------------------------------------------
     def _fuse(self, r: Router, view) -> Optional[str]:
