@@ -10,6 +10,11 @@ PATH is a file or a Hugging Face-style directory; nothing is ever downloaded.
   (``model.safetensors.index.json`` / ``pytorch_model.bin.index.json`` and the shards its
   ``weight_map`` names, which must lie in the directory).
 
+A Hugging Face directory (``config.json`` beside the weights) loaded into a transformers model is
+read by that model class's own ``from_pretrained`` (local files only), so the conversions
+transformers applies on load (per-expert MoE weights fused into one tensor, renamed keys) apply;
+its loading report must show no missing, unexpected or mismatched key.
+
 Loading is strict: every key of the model's ``state_dict`` must be in the checkpoint, except a
 tied parameter whose twin is (Hugging Face checkpoints leave out ``lm_head.weight`` when it is the
 embedding), no checkpoint key may be left over, and shapes must match. The values are cast into
@@ -29,8 +34,6 @@ import torch
 HF_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin")
 WRAPPER_KEYS = ("state_dict", "model", "module")
 LISTED = 5  # names listed per kind of problem
-HF_HINT = (" (the names are loaded as saved: a layout that transformers' from_pretrained converts on load,"
-           " such as per-expert MoE weights, does not fit the model's own state_dict)")
 
 
 class CheckpointError(Exception):
@@ -104,6 +107,36 @@ def _is_state(value) -> bool:
     )
 
 
+def load_checkpoint(model: torch.nn.Module, path: Path) -> None:
+    """The checkpoint at ``path`` loaded strictly into ``model`` (see the module docstring)."""
+    path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file() and _is_transformers_model(model):
+        load_strictly(model, _from_pretrained(model, path), path)
+    else:
+        load_strictly(model, read_checkpoint(path), path)
+
+
+def _is_transformers_model(model: torch.nn.Module) -> bool:
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(model).__mro__)
+
+
+def _from_pretrained(model: torch.nn.Module, folder: Path) -> Dict[str, torch.Tensor]:
+    """The state ``type(model).from_pretrained(folder)`` builds, with transformers' on-load conversions."""
+    try:
+        loaded, info = type(model).from_pretrained(str(folder), config=model.config, local_files_only=True,
+                                                   output_loading_info=True)
+    except Exception as exc:  # noqa: BLE001  (transformers raises many kinds)
+        raise CheckpointError(f"{folder}: from_pretrained failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    problems = [f"{what} ({len(keys)}): {', '.join(map(str, list(keys)[:LISTED]))}{', ...' if len(keys) > LISTED else ''}"
+                for what, keys in (("missing in the checkpoint", info.get("missing_keys") or []),
+                                   ("not in the model", info.get("unexpected_keys") or []),
+                                   ("shape mismatch", info.get("mismatched_keys") or [])) if keys]
+    if problems:
+        raise CheckpointError(f"the weights {folder} do not fit the original model: " + "; ".join(problems))
+    return loaded.state_dict()
+
+
 def load_strictly(model: torch.nn.Module, state: Dict[str, torch.Tensor], source: Path) -> None:
     """Load ``state`` into ``model``; raises ``CheckpointError`` naming every misfit."""
     own = model.state_dict(keep_vars=True)
@@ -118,7 +151,6 @@ def load_strictly(model: torch.nn.Module, state: Dict[str, torch.Tensor], source
                 for what, keys in (("missing in the checkpoint", missing), ("not in the model", unexpected),
                                    ("shape mismatch", shapes)) if keys]
     if problems:
-        hint = HF_HINT if unexpected and (Path(source) / "config.json").is_file() else ""
-        raise CheckpointError(f"the weights {source} do not fit the original model: " + "; ".join(problems) + hint)
+        raise CheckpointError(f"the weights {source} do not fit the original model: " + "; ".join(problems))
     with torch.no_grad():
         model.load_state_dict(state, strict=False)

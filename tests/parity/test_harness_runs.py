@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
-from npu_migrate.migrate.parity.checkpoint import CheckpointError, load_strictly, read_checkpoint
+from npu_migrate.migrate.parity.checkpoint import CheckpointError, load_checkpoint, load_strictly, read_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "parity"
 SCALE = 10.0  # the checkpoints' lm_head is the random init times this: loading them shows in the logits
@@ -116,6 +116,29 @@ def test_strict_loading_allows_tied_weights_and_names_misfits(tmp_path):
     untied = torch.nn.Linear(3, 4)
     with pytest.raises(CheckpointError, match=r"missing in the checkpoint \(1\): bias"):
         load_strictly(untied, {"weight": torch.ones(4, 3)}, tmp_path)
+
+
+def test_a_hugging_face_directory_loads_with_transformers_own_conversions(tmp_path):
+    """transformers 5 saves Mixtral's experts per expert (block_sparse_moe.experts.N.w1) and fuses them
+    on load: read as saved, the names do not fit; through from_pretrained they do, strictly."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+                           num_experts_per_tok=2, max_position_embeddings=32)
+    torch.manual_seed(1)
+    saved = MixtralForCausalLM(config)
+    saved.save_pretrained(tmp_path / "ckpt")
+    torch.manual_seed(0)
+    fresh = MixtralForCausalLM(config)
+    with pytest.raises(CheckpointError, match="missing in the checkpoint"):
+        load_strictly(fresh, read_checkpoint(tmp_path / "ckpt"), tmp_path / "ckpt")
+    load_checkpoint(fresh, tmp_path / "ckpt")
+    want = saved.state_dict()
+    assert all(torch.equal(tensor, want[name]) for name, tensor in fresh.state_dict().items())
+    smaller = MixtralForCausalLM(MixtralConfig(**{**config.to_dict(), "num_hidden_layers": 2}))
+    with pytest.raises(CheckpointError, match="missing in the checkpoint"):  # a second layer the checkpoint lacks
+        load_checkpoint(smaller, tmp_path / "ckpt")
 
 
 def test_sharded_checkpoint_directory(tmp_path):
