@@ -81,12 +81,24 @@ def _callee_name(value: Value) -> Optional[str]:
     return callee.name if callee is not None else value.name
 
 
+def _factors(product: Value, depth: int = 4) -> List[Value]:
+    """The factors of a product of products (``x * cos * scale``)."""
+    found = []
+    for side in (product.input, product["other"]):
+        side = _peel(side)
+        if side is not None and side.op == "mul" and depth > 0:
+            found += _factors(side, depth - 1)
+        elif side is not None:
+            found.append(side)
+    return found
+
+
 def _rotary(view: View) -> List[Value]:
     found = []
     for value in _values(view, "add", "sub"):
         products = [_peel(value.input), _peel(value["other"])]
         if all(p is not None and p.op == "mul" for p in products):
-            factors = [f for p in products for f in (p.input, p["other"])]
+            factors = [f for p in products for f in _factors(p)]
             if any(_is_rotation(f) for f in factors):
                 found.append(value)
     for value in _values(view, "mul"):

@@ -22,6 +22,7 @@ Adding a spelling is adding one rule here:
 
 from __future__ import annotations
 
+import re
 from typing import Callable, List, Optional
 
 import libcst as cst
@@ -369,6 +370,49 @@ def _reshaped_as(value):
 
             return _derived(value, "flatten", {"input": value.input,
                                                "start_dim": Value("const", number=-2, view=value.view)})
+    return value
+
+
+def _pattern_side(text: str):
+    """``"... (d r)"`` → ``["...", ("d", "r")]``: axes, a group of two as a pair; None for other forms."""
+    parts, group = [], None
+    for token in re.findall(r"\.\.\.|\(|\)|\w+", text):
+        if token == "(":
+            if group is not None:
+                return None
+            group = []
+        elif token == ")":
+            if group is None or len(group) != 2:
+                return None
+            parts.append(tuple(group))
+            group = None
+        elif group is not None:
+            group.append(token)
+        else:
+            parts.append(token)
+    return parts if group is None else None
+
+
+@rule
+def _rearranged(value):
+    """einops' ``rearrange(x, "... (d r) -> ... d r", r=2)`` → unflatten(x, -1, (-1, 2)) (channel
+    pairs), and ``rearrange(y, "... d r -> ... (d r)")`` → flatten(y, -2): the reshapes only, the
+    leading axes the same on both sides."""
+    pattern = value["pattern"] if value.op == "rearrange" else None
+    if pattern is None or pattern.op != "str" or "->" not in (pattern.name or ""):
+        return value
+    left, right = (_pattern_side(side) for side in pattern.name.split("->", 1))
+    if not left or not right or any(isinstance(p, tuple) for p in left[:-1] + right[:-1]):
+        return value
+    from npu_migrate.migrate.rules._view import Value
+
+    const = lambda n: Value("const", number=n, view=value.view)  # noqa: E731
+    if isinstance(left[-1], tuple) and left[:-1] == right[:-2] and tuple(right[-2:]) == left[-1] \
+            and number(value[left[-1][1]]) == 2:
+        sizes = Value("tuple", view=value.view, items=(const(-1), const(2)))
+        return _derived(value, "unflatten", {"input": value.input, "dim": const(-1), "sizes": sizes})
+    if isinstance(right[-1], tuple) and right[:-1] == left[:-2] and tuple(left[-2:]) == right[-1]:
+        return _derived(value, "flatten", {"input": value.input, "start_dim": const(-2)})
     return value
 
 

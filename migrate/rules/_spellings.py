@@ -65,6 +65,7 @@ FUNCTIONS: Dict[str, Spec] = {
     "torch.rms_norm": ("rms_norm", ("input", "normalized_shape", "weight", "eps")),
     "torch.nn.functional.linear": ("linear", ("input", "weight", "bias")),
     "torch.unflatten": ("unflatten", ("input", "dim", "sizes")),
+    "einops.rearrange": ("rearrange", ("input", "pattern", "*rest")),  # axis sizes as keywords (r=2)
     "torch.unbind": ("unbind", ("input", "dim")),
     "torch.gather": ("gather", ("input", "dim", "index")),
     "torch.sum": ("sum", ("input", "dim", "keepdim", "dtype")),

@@ -218,6 +218,23 @@ def f(x, cos, sin):
     return x * cos + rotated * sin
 '''
 
+EINOPS = '''
+import torch
+from einops import rearrange
+from torch import stack
+
+
+def rotate_half(x):  # x-transformers' spelling of the interleaved rotation
+    x = rearrange(x, "... (d r) -> ... d r", r=2)
+    x1, x2 = x.unbind(dim=-1)
+    x = stack((-x2, x1), dim=-1)
+    return rearrange(x, "... d r -> ... (d r)")
+
+
+def f(t, cos, sin):
+    return (t * cos) + (rotate_half(t) * sin)
+'''
+
 CAST = '''
 import torch
 
@@ -295,6 +312,7 @@ CASES = {
     "interleave-reshape-unbind": (INTERLEAVE_PAIRS, "interleave", interleaved_inputs),
     "negated-rotation": (FLIPPED, "half", llama_inputs),
     "roformer-reshape-as": (ROFORMER, "interleave", interleaved_inputs),
+    "einops-rearrange-pairs": (EINOPS, "interleave", interleaved_inputs),
 }
 
 
