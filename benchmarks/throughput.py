@@ -20,6 +20,7 @@ import cProfile
 import os
 import pstats
 import resource
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -85,6 +86,7 @@ def main(argv=None) -> None:
         _scaling(root, paths, table, args.jobs, args.scaling)
         return
 
+    ratios = []
     for round_ in range(args.rounds):  # alternated: each pair runs back to back on the same machine load
         first_parse = round_ % 2 == 0
         if first_parse:
@@ -100,6 +102,10 @@ def main(argv=None) -> None:
               f"{len(result.rewritten)} rewritten, {len(result.reported)} reported)")
         print(f"parse-only: {lines / parse_s:12,.0f} lines/s  ({parse_s:.2f} s)")
         print(f"ratio:      {parse_s / migrate_s:12.1%}  (target >= 50%)")
+        ratios.append(parse_s / migrate_s)
+    if args.rounds > 1:
+        print(f"ratio over the rounds: median {statistics.median(ratios):.1%}, min {min(ratios):.1%}, "
+              f"max {max(ratios):.1%}")
 
     if args.profile:
         subset = paths[:args.profile]
@@ -135,7 +141,8 @@ def _scaling(root: Path, paths: List[str], table, jobs: int, rounds: int) -> Non
               f"speed-up {ratios[-1]:.2f}x (target >= 1.8x); --jobs {jobs} CPU: parent {parent:.2f} s, workers "
               f"{workers:.2f} s ({workers / took[jobs]:.2f} cores busy on average), serial share {serial:.1%} -> "
               f"{1 / (serial + (1 - serial) / jobs):.2f}x on {jobs} idle cores")
-    print(f"speed-up over the rounds: min {min(ratios):.2f}x, max {max(ratios):.2f}x")
+    print(f"speed-up over the rounds: median {statistics.median(ratios):.2f}x, min {min(ratios):.2f}x, "
+          f"max {max(ratios):.2f}x")
 
 
 if __name__ == "__main__":
