@@ -52,6 +52,7 @@ def _learn(node: cst.CSTNode) -> Tuple[str, ...]:
 
 
 _SEQUENCES = (tuple, list)
+_DEFAULT = cst.MaybeSentinel.DEFAULT
 
 
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:
@@ -68,9 +69,6 @@ def children(node: cst.CSTNode) -> List[cst.CSTNode]:
         elif value is not None and value is not _DEFAULT:  # else: a node
             found.append(value)
     return found
-
-
-_DEFAULT = cst.MaybeSentinel.DEFAULT
 
 
 def walk(node: cst.CSTNode) -> List[cst.CSTNode]:
@@ -98,7 +96,7 @@ class TreeIndex:
         index: Dict[int, int] = {}  # id(node) -> its place in nodes
         parent: Dict[int, cst.CSTNode] = {}
         name_at: List[int] = []  # the places of the Name nodes, ascending
-        name_type, fields_of, others_of, sequences, default = cst.Name, _FIELDS, _OTHERS, _SEQUENCES, _DEFAULT
+        name_type = cst.Name
         stack: list = [root]
         pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
@@ -111,20 +109,9 @@ class TreeIndex:
             nodes.append(node)
             ends.append(0)
             push(at)
-            kind = node.__class__
-            if kind is name_type:
+            if node.__class__ is name_type:
                 name_at.append(at)
-            fields = fields_of.get(kind)
-            others = others_of.get(kind)
-            if fields is None or others and any(getattr(node, name) is not None for name in others):
-                fields = _learn(node)
-            below: List[cst.CSTNode] = []
-            for name in fields:
-                value = getattr(node, name)
-                if value.__class__ in sequences:
-                    below.extend(value)
-                elif value is not None and value is not default:
-                    below.append(value)
+            below = children(node)
             for child in below:
                 parent[id(child)] = node
             below.reverse()
