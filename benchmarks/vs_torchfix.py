@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import resource
 import shutil
 import subprocess
@@ -89,7 +90,8 @@ def main(argv=None) -> None:
             ratios.append(tw / mw)
             print(f"round {round_ + 1} ({order[0][0]} first): migrate {mw:7.1f} s wall {mc:7.1f} s CPU | torchfix "
                   f"{tw:7.1f} s wall {tc:7.1f} s CPU | ratio wall {tw / mw:5.1f}x CPU {tc / mc:5.1f}x (target >= 10x)")
-        print(f"ratio (wall) over the rounds: min {min(ratios):.1f}x, max {max(ratios):.1f}x")
+        print(f"ratio (wall) over the rounds: median {statistics.median(ratios):.1f}x, min {min(ratios):.1f}x, "
+              f"max {max(ratios):.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

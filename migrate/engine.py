@@ -22,6 +22,7 @@ import libcst as cst
 
 from npu_migrate.migrate import diagnostics, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
+from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
 from npu_migrate.migrate.edits import ImportSpec, Site
 from npu_migrate.migrate.findings import FileResult, Finding
@@ -164,12 +165,12 @@ class Engine:
                 new_module = add_imports(new_module, imports, ctx.names)
             lost = missing(new_module, sites, ctx.tree)
             if not lost:
-                return new_module.code, helpers
+                return code(new_module), helpers
             for site in lost:
                 _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
             sites = [s for s in sites if s.edits]
             if not sites:
-                return ctx.module.code, []
+                return code(ctx.module), []
 
 
 def _unless_switched_off(site: Site, table: OpTable) -> None:

@@ -12,6 +12,7 @@ back sorted by path, whatever the number of processes.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from collections import Counter
@@ -30,6 +31,9 @@ from npu_migrate.migrate.sources import SourceError, display, name_problem, read
 from npu_migrate.opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
+# A worker allocates a whole syntax tree per file, almost none of it in reference cycles: collecting
+# every 700 allocations (CPython's default) scans the young trees again and again for nothing.
+WORKER_GC_THRESHOLD = (50_000, 20, 20)
 
 Task = Tuple[str, bool]  # (path relative to the root, whether its directory is a package)
 
@@ -121,6 +125,10 @@ def _migrate_task(task: Task) -> FileResult:
     return result
 
 
+def _worker_setup() -> None:
+    gc.set_threshold(*WORKER_GC_THRESHOLD)
+
+
 def _file_diff(result: FileResult) -> str:
     from npu_migrate.migrate.outputs.changes import Change  # the outputs import this module
     from npu_migrate.migrate.outputs.patch import file_diff
@@ -200,8 +208,9 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     try:
         with _progress(len(tasks), progress) as advance:
             if isolate:
-                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, hard_seconds=limits.hard_seconds,
-                                 wall_seconds=limits.wall_seconds)
+                gc.freeze()  # what the workers inherit is never scanned (nor copied on write by a collection)
+                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
+                                 hard_seconds=limits.hard_seconds, wall_seconds=limits.wall_seconds)
             else:
                 done = ((task, _migrate_task(task)) for task in tasks)
             for _, result in done:
@@ -209,5 +218,6 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
                 advance(1)
     finally:
         _job = None
+        gc.unfreeze()
     results.sort(key=lambda r: r.path)
     return RunResult(root, results, sorted(copied), list(excluded))

@@ -12,6 +12,7 @@ ancestors a few dictionary look-ups. The engine builds it only for a file that n
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -50,6 +51,10 @@ def _learn(node: cst.CSTNode) -> Tuple[str, ...]:
     return entered
 
 
+_SEQUENCES = (tuple, list)
+_DEFAULT = cst.MaybeSentinel.DEFAULT
+
+
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """``node.children``: the same nodes, in the same (source) order, without copying ``node``."""
     fields = _FIELDS.get(type(node))
@@ -59,9 +64,9 @@ def children(node: cst.CSTNode) -> List[cst.CSTNode]:
     found: List[cst.CSTNode] = []
     for name in fields:
         value = getattr(node, name)
-        if isinstance(value, (tuple, list)):
+        if value.__class__ in _SEQUENCES:
             found.extend(value)
-        elif value is not None and value is not cst.MaybeSentinel.DEFAULT:  # else: a node
+        elif value is not None and value is not _DEFAULT:  # else: a node
             found.append(value)
     return found
 
@@ -78,63 +83,83 @@ def walk(node: cst.CSTNode) -> List[cst.CSTNode]:
 
 
 class TreeIndex:
-    """One walk of a tree: every node's subtree, the names read in it, and its ancestors."""
+    """One walk of a tree: every node's subtree, the names read in it, and its parents.
+
+    The walk lists the nodes in libcst's traversal order; a node's subtree is the slice from its
+    index to ``ends[index]``. Parents are noted as the walk goes (every rule reads them), and the
+    indices of the ``Name`` nodes, so the names of a subtree are a slice too.
+    """
 
     def __init__(self, root: cst.CSTNode) -> None:
-        self._nodes: List[cst.CSTNode] = []
-        self._span: Dict[int, Tuple[int, int]] = {}  # id(node) -> its subtree as a slice of _nodes
-        self._names: Dict[int, Set[str]] = {}
-        self._parent: Optional[Dict[int, cst.CSTNode]] = None  # built on first use
-        nodes, span = self._nodes, self._span
+        nodes: List[cst.CSTNode] = []
+        ends: List[int] = []
+        index: Dict[int, int] = {}  # id(node) -> its place in nodes
+        parent: Dict[int, cst.CSTNode] = {}
+        name_at: List[int] = []  # the places of the Name nodes, ascending
+        name_type = cst.Name
         stack: list = [root]
+        pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
-            node = stack.pop()
-            if type(node) is int:  # every node below the one listed at this index has been listed
-                span[id(nodes[node])] = (node, len(nodes))
+            node = pop()
+            if node.__class__ is int:  # every node below the one listed at this place has been listed
+                ends[node] = len(nodes)
                 continue
-            stack.append(len(nodes))
+            at = len(nodes)
+            index[id(node)] = at
             nodes.append(node)
-            stack.extend(reversed(children(node)))
+            ends.append(0)
+            push(at)
+            if node.__class__ is name_type:
+                name_at.append(at)
+            below = children(node)
+            for child in below:
+                parent[id(child)] = node
+            below.reverse()
+            extend(below)
+        self._nodes, self._ends, self._index, self._parent, self._name_at = nodes, ends, index, parent, name_at
+        self._names: Dict[int, Set[str]] = {}
+
+    def _span(self, node: cst.CSTNode) -> Optional[Tuple[int, int]]:
+        at = self._index.get(id(node))
+        if at is None or self._nodes[at] is not node:
+            return None
+        return at, self._ends[at]
 
     def contains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` (this very object) is a node of the indexed tree."""
-        span = self._span.get(id(node))
-        return span is not None and self._nodes[span[0]] is node
+        return self._span(node) is not None
 
     def preorder(self) -> Tuple[List[cst.CSTNode], List[int]]:
         """Every node in the order libcst's traversal visits them, and for each the index just past
         its subtree (so a walker knows when to leave it)."""
-        ends = [self._span[id(node)][1] for node in self._nodes]
-        return self._nodes, ends
+        return self._nodes, self._ends
 
     def subtree(self, node: cst.CSTNode) -> List[cst.CSTNode]:
         """``walk(node)``, answered from the index for a node of the tree."""
-        span = self._span.get(id(node))
+        span = self._span(node)
         return self._nodes[span[0]:span[1]] if span is not None else walk(node)
 
     def names(self, node: cst.CSTNode) -> Set[str]:
         """The value of every ``Name`` in ``node``'s subtree (attribute names included)."""
         found = self._names.get(id(node))
         if found is None:
-            found = self._names[id(node)] = {n.value for n in self.subtree(node) if isinstance(n, cst.Name)}
+            span = self._span(node)
+            if span is None:
+                found = {n.value for n in walk(node) if isinstance(n, cst.Name)}
+            else:
+                nodes, name_at = self._nodes, self._name_at
+                places = name_at[bisect_left(name_at, span[0]):bisect_left(name_at, span[1])]
+                found = {nodes[at].value for at in places}
+            self._names[id(node)] = found
         return found
 
     def parents(self) -> Dict[int, cst.CSTNode]:
-        """``{id(node): its parent}`` for every node of the tree but the root (built on first use)."""
-        if self._parent is None:
-            self._parent = {}
-            above: List[Tuple[int, cst.CSTNode]] = []  # (end of its subtree, node) for the nodes above
-            for index, node in enumerate(self._nodes):
-                while above and above[-1][0] <= index:
-                    above.pop()
-                if above:
-                    self._parent[id(node)] = above[-1][1]
-                above.append((self._span[id(node)][1], node))
+        """``{id(node): its parent}`` for every node of the tree but the root."""
         return self._parent
 
     def ancestors(self, nodes: Iterable[cst.CSTNode]) -> Set[int]:
         """The ids of every node above one of ``nodes``."""
-        parent_of = self.parents()
+        parent_of = self._parent
         found: Set[int] = set()
         for node in nodes:
             parent = parent_of.get(id(node))

@@ -11,7 +11,7 @@ libcst's traversal). Visitors with attribute hooks (``visit_<Type>_<attr>``) go 
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
 
@@ -29,17 +29,25 @@ def visit_batched(tree: TreeIndex, module: cst.Module, visitors: Sequence[cst.Ba
                 return
             (down if kind == "visit" else up).setdefault(rest, []).append(method)
     nodes, ends = tree.preorder()
-    open_nodes: List[int] = []  # indices of the nodes whose subtree is being walked
+    hooks: Dict[type, tuple] = {}  # node type -> (its visit methods, its leave methods)
+    open_nodes: List[Tuple[int, Sequence[Callable], int]] = []  # (end of its subtree, leave methods, place)
+    # of each node being walked that has leave methods (leaving the others does nothing)
     for index, node in enumerate(nodes):
-        while open_nodes and ends[open_nodes[-1]] <= index:
-            _leave(nodes[open_nodes.pop()], up)
-        for method in down.get(type(node).__name__, ()):
+        while open_nodes and open_nodes[-1][0] <= index:
+            _leave(nodes, open_nodes.pop())
+        kind = node.__class__
+        found = hooks.get(kind)
+        if found is None:
+            found = hooks[kind] = (tuple(down.get(kind.__name__, ())), tuple(up.get(kind.__name__, ())))
+        for method in found[0]:
             method(node)
-        open_nodes.append(index)
+        if found[1]:
+            open_nodes.append((ends[index], found[1], index))
     while open_nodes:
-        _leave(nodes[open_nodes.pop()], up)
+        _leave(nodes, open_nodes.pop())
 
 
-def _leave(node: cst.CSTNode, up: Dict[str, List[Callable]]) -> None:
-    for method in up.get(type(node).__name__, ()):
-        method(node)
+def _leave(nodes: List[cst.CSTNode], entry: tuple) -> None:
+    _, methods, index = entry
+    for method in methods:
+        method(nodes[index])
