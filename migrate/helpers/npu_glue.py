@@ -353,35 +353,13 @@ def rotary_mul(x, cos, sin, mode="half"):
 # again), so a forward pass derives them once, not once per layer, and checks their values once.
 
 
-class _WideTables:
+def _wide_tables(cos, sin, mode, dtype):
     """Per-channel (cos, sin) tables derived from pair tables, and whether their values lie in
-    [-1, 1]. Holds only weak references to the pair tables; at most ``size`` entries."""
-
-    def __init__(self, size=32):
-        self._entries = {}
-        self._size = size
-
-    def get(self, cos, sin, mode, dtype):
-        if not (_plain(cos) and _plain(sin)) or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
-            return _widen(cos, sin, mode, dtype)  # gradients must flow: derived on every call
-        bases = [t if t._base is None else t._base for t in (cos, sin)]
-        key = (mode, dtype, *((id(b), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for b, t in zip(bases, (cos, sin))))
-        versions = (cos._version, sin._version)
-        entry = self._entries.get(key)
-        if entry is not None and entry[1] == versions and all(ref() is b for ref, b in zip(entry[0], bases)):
-            return entry[2]
-        value = _widen(cos, sin, mode, dtype)
-        drop = lambda _ref, key=key: self._entries.pop(key, None)  # noqa: E731
-        self._entries.pop(key, None)
-        self._entries[key] = (tuple(WeakIdRef(b, drop) for b in bases), versions, value)
-        while len(self._entries) > self._size:
-            self._entries.pop(next(iter(self._entries)))
-        return value
-
-
-def _plain(t):
-    """A strided tensor with a version counter (inference tensors and subclasses have none to trust)."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_inference()
+    [-1, 1]: derived once per pair-table tensor (``_Memo``), on every call where gradients must
+    flow into the tables."""
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        return _widen(cos, sin, mode, dtype)
+    return _WIDE_TABLES.get((cos, sin), (mode, dtype), lambda: _widen(cos, sin, mode, dtype))
 
 
 def _widen(cos, sin, mode, dtype):
@@ -397,7 +375,7 @@ def _widen(cos, sin, mode, dtype):
     return cos, sin, unit
 
 
-_wide_tables = _WideTables()
+_WIDE_TABLES = _Memo(size=32)
 
 
 def _pair_layout(x, cos, sin, mode, paired):
@@ -451,7 +429,7 @@ def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=Fals
     layouts = [(b, n) for b, n, shapes in _layouts(x_shape, mode) if table in shapes]
     if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
         return False
-    return _wide_tables.get(cos, sin, mode, dtype)[2]
+    return _wide_tables(cos, sin, mode, dtype)[2]
 
 
 def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False):
@@ -459,7 +437,7 @@ def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False
     if split:  # one copy: the even channels, then the odd ones, rotated as halves
         x, mode = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1), "half"
     x_shape, table_shape, dtype = _pair_layout(x, cos, sin, mode, paired)
-    wide_cos, wide_sin, _ = _wide_tables.get(cos, sin, mode, dtype)
+    wide_cos, wide_sin, _ = _wide_tables(cos, sin, mode, dtype)
     full = x.to(dtype).reshape(x_shape)
     out = rotary_mul(full, wide_cos.reshape(table_shape), wide_sin.reshape(table_shape), mode)
     return out.reshape(x.shape)

@@ -611,9 +611,9 @@ def test_tables_are_derived_once_per_table_tensor(npu, monkeypatch):
     cache.mul_(0.5)
     torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)))
     assert len(made) == 2
-    entries = len(npu_glue._wide_tables._entries)
+    entries = len(npu_glue._WIDE_TABLES._entries)
     del cache, layers
-    assert len(npu_glue._wide_tables._entries) == entries - 1
+    assert len(npu_glue._WIDE_TABLES._entries) == entries - 1
 
 
 @pytest.mark.parametrize("case, args", [
