@@ -34,10 +34,11 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     of a parity run, shown on the HTML page.
     """
     from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
+    from npu_migrate.migrate.context import is_helper_file
     from npu_migrate.migrate.outputs.hunks import parse_patch
 
     report = report if report is not None else report_json.build(run)
-    diffs = parse_patch(patch)
+    diffs = parse_patch(patch, vendored=is_helper_file)
     originals = {r.path: r.original for r in run.changed if r.original is not None}
     texts = {
         PATCH_NAME: patch,
@@ -73,6 +74,7 @@ def read_json(path: Path, what: str) -> dict:
 def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
     """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``."""
     from npu_migrate.migrate.outputs import report_html, report_json
+    from npu_migrate.migrate.context import is_helper_file
     from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
 
     report_dir = Path(report_dir)
@@ -83,7 +85,7 @@ def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[
     patch_path = report_dir / PATCH_NAME
     patch = _read(patch_path, "patch")
     try:
-        diffs = parse_patch(patch)
+        diffs = parse_patch(patch, vendored=is_helper_file)
     except PatchError as exc:
         raise ReportDirError(f"{patch_path}: {exc}") from exc
     target = Path(out) if out is not None else report_dir / HTML_NAME

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -73,19 +73,46 @@ class FileDiff:
     path: str
     new_file: bool = False
     hunks: List[Hunk] = field(default_factory=list)
+    vendored_lines: Optional[int] = None  # a new vendored helper, summarised: its line count, no hunks
 
     def hunks_at(self, old_line: int) -> List[Hunk]:
         return [h for h in self.hunks if h.covers(old_line)]
 
 
-def parse_patch(text: str) -> List[FileDiff]:
+def parse_patch(text: str, vendored: Callable[[str], bool] = lambda path: False) -> List[FileDiff]:
+    """The patch's files. A new file whose path ``vendored`` accepts (the helper this tool writes
+    into every package that needs it) is summarised by its line count instead of being read line by
+    line: it is the same file each time, and most of a large patch."""
+    files: List[FileDiff] = []
+    offset = 0  # lines before the section
+    for section in re.split(r"(?m)^(?=diff --git )", text):
+        summary = _vendored_summary(section, vendored) if section else None
+        if summary is not None:
+            files.append(summary)
+        elif section:
+            files.extend(_parse(section, offset))
+        offset += section.count("\n")
+    return files
+
+
+def _vendored_summary(section: str, vendored: Callable[[str], bool]) -> Optional[FileDiff]:
+    head_end = section.find("\n@@")
+    head = section[:head_end] if head_end >= 0 else section
+    match = re.search(r"(?m)^\+\+\+ (?:b/)?(.+)$", head)
+    if match is None or "\nnew file mode" not in head or not vendored(match.group(1)):
+        return None
+    return FileDiff(match.group(1), new_file=True, vendored_lines=section.count("\n+") - 1)
+
+
+def _parse(section: str, offset: int) -> List[FileDiff]:
+    """One file's part of the patch (``offset``: the lines before it, for the line numbers of errors)."""
     files: List[FileDiff] = []
     hunk: Optional[Hunk] = None
     old = new = 0
-    lines = text.split("\n")
+    lines = section.split("\n")
     if lines[-1] == "":
-        lines.pop()  # the patch's final newline
-    for number, line in enumerate(lines, 1):
+        lines.pop()  # the section's final newline
+    for number, line in enumerate(lines, offset + 1):
         if line.startswith("diff --git "):
             files.append(FileDiff(path=""))
             hunk = None

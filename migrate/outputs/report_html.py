@@ -116,6 +116,12 @@ def _file(path: str, status: str, diff: Optional[FileDiff], findings: List[dict]
     at_line: Dict[int, List[dict]] = {}
     for f in findings:
         at_line.setdefault(f["line"], []).append(f)
+    if diff is not None and diff.vendored_lines is not None and not findings:
+        return (f'<details class="file vendored" data-path="{_e(path)}" data-findings="0">'
+                f'<summary><code>{_e(path)}</code> <span class="status">new file</span> '
+                f'<span class="count">vendored helper, {diff.vendored_lines} lines</span></summary>'
+                f'<p>The run-time checks the fused rewrites call, written beside the migrated files of this '
+                f'package; the same file in every package. Its text is in changes.patch.</p></details>')
     table = _diff_rows(diff, at_line, summaries) if diff else ""
     outside = [f for line in sorted(at_line) for f in at_line[line]]  # the findings no diff line took
     listed = "".join(f'<li>{_finding(f, summaries, "div")}'

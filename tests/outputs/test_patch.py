@@ -42,3 +42,42 @@ def test_apply_command_works_for_a_path_below_the_top_of_a_git_tree(tmp_path):
     assert "--directory=sub" in command
     subprocess.run(command, shell=True, check=True)
     assert (sub / "x.py").read_text() == "a = 2\n"
+
+
+def test_vendored_helpers_are_summarised_and_the_rest_parsed_with_patch_line_numbers():
+    import pytest
+
+    from npu_migrate.migrate.context import is_helper_file
+    from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
+    from npu_migrate.migrate.outputs.report_html import render
+
+    patch = build_patch([Change("a/model.py", "x = 1\n", "x = 2\n"), Change("a/npu_glue.py", None, "h\n" * 5),
+                         Change("b/npu_glue.py", "mine\n", "changed\n"), Change("b/model.py", "y = 1\n", "y = 3\n")])
+    diffs = parse_patch(patch, vendored=is_helper_file)
+    assert [(d.path, d.vendored_lines) for d in diffs] == [
+        ("a/model.py", None), ("a/npu_glue.py", 5), ("b/npu_glue.py", None), ("b/model.py", None)]
+    assert not diffs[1].hunks and [line.text for line in diffs[3].hunks[0].lines] == ["y = 1", "y = 3"]
+    assert [(d.path, len(d.hunks)) for d in parse_patch(patch)] == [(d.path, 1) for d in diffs]  # all read in full
+    broken = patch.replace("+y = 3", "?y = 3")
+    with pytest.raises(PatchError, match=f"line {broken.splitlines().index('?y = 3') + 1}:"):
+        parse_patch(broken, vendored=is_helper_file)
+
+
+def test_the_review_page_summarises_the_vendored_helper(tmp_path):
+    import sys
+
+    package = tmp_path / "repo" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "norm.py").write_text(
+        "import torch\n\n\ndef norm(x, w, eps):\n"
+        "    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))\n")
+    done = subprocess.run([sys.executable, "-m", "npu_migrate.migrate", "run", str(tmp_path / "repo"), "--out",
+                           str(tmp_path / "out"), "--report-dir", str(tmp_path / "rep"), "--no-cache"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    helper_lines = (tmp_path / "out" / "pkg" / "npu_glue.py").read_text().count("\n")
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert f"vendored helper, {helper_lines} lines" in page
+    assert "def rms_norm_fits" not in page and "rms_norm_fits" in page  # the helper's text is not on the page
+    assert "+++ b/pkg/npu_glue.py" in (tmp_path / "rep" / "changes.patch").read_text()
