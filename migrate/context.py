@@ -68,8 +68,8 @@ class FileContext:
             self._guarded = set()
             if HELPER in self.tree.names(self.module):  # cheap: the module names the helper at all
                 parents = self.tree.parents()
-                for candidate in self.tree.subtree(self.module):
-                    if isinstance(candidate, (cst.If, cst.IfExp)) and is_guard_test(candidate.test):
+                for candidate in self.tree.of_type(self.module, cst.If, cst.IfExp):
+                    if is_guard_test(candidate.test):
                         self._guarded.add(id(candidate))
                         self._guarded.update(id(s) for s in _fallthrough_fallback(candidate, parents))
         if not self._guarded:

@@ -226,7 +226,7 @@ def check(ctx: FileContext, enabled: Callable[[str], bool]) -> None:
     if not families or ctx.is_helper:
         return
     parents = ctx.tree.parents()
-    functions = [n for n in ctx.tree.subtree(ctx.module) if isinstance(n, cst.FunctionDef)]
+    functions = ctx.tree.of_type(ctx.module, cst.FunctionDef)
     for family in families:
         sites = [s for s in ctx.sites if s.finding.code in family.codes]
         edited = {id(n) for s in sites for n in _edited_spans(s)}

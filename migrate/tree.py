@@ -118,6 +118,7 @@ class TreeIndex:
             extend(below)
         self._nodes, self._ends, self._index, self._parent, self._name_at = nodes, ends, index, parent, name_at
         self._names: Dict[int, Set[str]] = {}
+        self._by_class: Optional[Dict[type, List[int]]] = None
 
     def _span(self, node: cst.CSTNode) -> Optional[Tuple[int, int]]:
         at = self._index.get(id(node))
@@ -138,6 +139,24 @@ class TreeIndex:
         """``walk(node)``, answered from the index for a node of the tree."""
         span = self._span(node)
         return self._nodes[span[0]:span[1]] if span is not None else walk(node)
+
+    def of_type(self, node: cst.CSTNode, *classes: type) -> List[cst.CSTNode]:
+        """The nodes of exactly these classes in ``node``'s subtree, in traversal order. (libcst's
+        node classes are abstract base classes, so ``isinstance`` over every node is slow; the
+        places of each class are noted once.)"""
+        span = self._span(node)
+        if span is None:
+            return [n for n in walk(node) if n.__class__ in classes]
+        if self._by_class is None:
+            by_class: Dict[type, List[int]] = {}
+            for at, each in enumerate(self._nodes):
+                by_class.setdefault(each.__class__, []).append(at)
+            self._by_class = by_class
+        places: List[int] = []
+        for cls in classes:
+            found = self._by_class.get(cls, ())
+            places += found[bisect_left(found, span[0]):bisect_left(found, span[1])]
+        return [self._nodes[at] for at in (sorted(places) if len(classes) > 1 else places)]
 
     def names(self, node: cst.CSTNode) -> Set[str]:
         """The value of every ``Name`` in ``node``'s subtree (attribute names included)."""

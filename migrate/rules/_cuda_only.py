@@ -256,16 +256,15 @@ class _Finder:
         """Functions of this file decorated by a CUDA-only decorator (``@triton.jit``, ``@helion.kernel``)."""
         if self._kernels is None:
             self._kernels = set()
-            for node in self.ctx.tree.subtree(self.ctx.module):
-                if isinstance(node, cst.FunctionDef):
-                    for decorator in node.decorators:
-                        target = decorator.decorator
-                        target = target.func if isinstance(target, cst.Call) else target
-                        qualified = self.ctx.names.qualified_name(target) if dotted(target) else None
-                        qualified = (reroot(qualified) or qualified) if qualified else None
-                        record = covering_record(self.ctx.table, qualified)[0] if qualified else None
-                        if record is not None and record.code in CUDA_ONLY_CODES:
-                            self._kernels.add(node.name.value)
+            for node in self.ctx.tree.of_type(self.ctx.module, cst.FunctionDef):
+                for decorator in node.decorators:
+                    target = decorator.decorator
+                    target = target.func if isinstance(target, cst.Call) else target
+                    qualified = self.ctx.names.qualified_name(target) if dotted(target) else None
+                    qualified = (reroot(qualified) or qualified) if qualified else None
+                    record = covering_record(self.ctx.table, qualified)[0] if qualified else None
+                    if record is not None and record.code in CUDA_ONLY_CODES:
+                        self._kernels.add(node.name.value)
         return self._kernels
 
 

@@ -109,9 +109,8 @@ class RmsNorm(Rule):
     def _functions(self) -> List[cst.FunctionDef]:
         if self._by_name is None:
             self._by_name = {}
-            for node in self.ctx.tree.subtree(self.ctx.module):
-                if isinstance(node, cst.FunctionDef):
-                    self._by_name.setdefault(node.name.value, []).append(node)
+            for node in self.ctx.tree.of_type(self.ctx.module, cst.FunctionDef):
+                self._by_name.setdefault(node.name.value, []).append(node)
         return [f for funcs in self._by_name.values() for f in funcs]
 
     def _may_hold(self, func: cst.FunctionDef) -> bool:
@@ -123,8 +122,8 @@ class RmsNorm(Rule):
             if self._halves is None:  # the functions holding a 0.5 literal, found in one walk of the module
                 parents = self.ctx.tree.parents()
                 self._halves = set()
-                for node in self.ctx.tree.subtree(self.ctx.module):
-                    if isinstance(node, cst.Float) and float(node.evaluated_value) == 0.5:
+                for node in self.ctx.tree.of_type(self.ctx.module, cst.Float):
+                    if float(node.evaluated_value) == 0.5:
                         while node is not None:
                             self._halves.add(id(node))
                             node = parents.get(id(node))

@@ -91,9 +91,8 @@ class Rotary(Rule):
         """The functions of this module (at any level) that ``func`` may call by one of its names."""
         if self._by_name is None:
             self._by_name = {}
-            for node in self.ctx.tree.subtree(self.ctx.module):
-                if isinstance(node, cst.FunctionDef):
-                    self._by_name.setdefault(node.name.value, []).append(node)
+            for node in self.ctx.tree.of_type(self.ctx.module, cst.FunctionDef):
+                self._by_name.setdefault(node.name.value, []).append(node)
         return [f for name in names for f in self._by_name.get(name, ())]
 
     # -- a match --------------------------------------------------------------------------------
