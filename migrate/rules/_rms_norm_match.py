@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Set, Tuple
 
-from npu_migrate.migrate.rules._normal import equal, number
+from npu_migrate.migrate.rules._normal import number
+from npu_migrate.migrate.rules._shapes import equal
 from npu_migrate.migrate.rules._regions import interior
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._view import Value

@@ -24,7 +24,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._normal import equal, number
+from npu_migrate.migrate.rules._normal import number
+from npu_migrate.migrate.rules._shapes import equal
 from npu_migrate.migrate.rules._view import Value
 
 HALF, INTERLEAVE = "half", "interleave"
