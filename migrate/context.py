@@ -20,13 +20,8 @@ from npu_migrate.migrate.edits import Site
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.tree import TreeIndex
 from npu_migrate.opmap import OpTable
+from npu_migrate.migrate.helpers import HELPER, is_helper_file  # noqa: F401 (the rules read them here)
 
-HELPER = "npu_glue"  # the vendored helper module (migrate/helpers/npu_glue.py)
-
-
-def is_helper_file(path: str) -> bool:
-    """The helper module this tool vendors (its fallbacks call the original APIs on purpose)."""
-    return path.replace("\\", "/").rsplit("/", 1)[-1] == f"{HELPER}.py"
 
 
 def is_guard_test(test: cst.BaseExpression) -> bool:

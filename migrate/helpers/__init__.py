@@ -1,1 +1,9 @@
-"""Helper modules that fused rewrites vendor into the migrated repo (copied, never imported here)."""
+"""Helper modules that fused rewrites vendor into the migrated repo (copied, never imported here),
+and how this tool recognises the one it vendors."""
+
+HELPER = "npu_glue"  # the vendored helper module (migrate/helpers/npu_glue.py)
+
+
+def is_helper_file(path: str) -> bool:
+    """The helper module this tool vendors (its fallbacks call the original APIs on purpose)."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1] == f"{HELPER}.py"

@@ -34,7 +34,7 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     of a parity run, shown on the HTML page.
     """
     from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
-    from npu_migrate.migrate.context import is_helper_file
+    from npu_migrate.migrate.helpers import is_helper_file
     from npu_migrate.migrate.outputs.hunks import parse_patch
 
     report = report if report is not None else report_json.build(run)
@@ -74,7 +74,7 @@ def read_json(path: Path, what: str) -> dict:
 def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
     """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``."""
     from npu_migrate.migrate.outputs import report_html, report_json
-    from npu_migrate.migrate.context import is_helper_file
+    from npu_migrate.migrate.helpers import is_helper_file
     from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
 
     report_dir = Path(report_dir)
