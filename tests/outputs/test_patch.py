@@ -1,4 +1,7 @@
 import subprocess
+import sys
+
+import pytest
 
 from npu_migrate.migrate.outputs.changes import Change
 from npu_migrate.migrate.outputs.patch import apply_command, build_patch
@@ -45,11 +48,8 @@ def test_apply_command_works_for_a_path_below_the_top_of_a_git_tree(tmp_path):
 
 
 def test_vendored_helpers_are_summarised_and_the_rest_parsed_with_patch_line_numbers():
-    import pytest
-
-    from npu_migrate.migrate.context import is_helper_file
+    from npu_migrate.migrate.helpers import is_helper_file
     from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
-    from npu_migrate.migrate.outputs.report_html import render
 
     patch = build_patch([Change("a/model.py", "x = 1\n", "x = 2\n"), Change("a/npu_glue.py", None, "h\n" * 5),
                          Change("b/npu_glue.py", "mine\n", "changed\n"), Change("b/model.py", "y = 1\n", "y = 3\n")])
@@ -64,8 +64,6 @@ def test_vendored_helpers_are_summarised_and_the_rest_parsed_with_patch_line_num
 
 
 def test_the_review_page_summarises_the_vendored_helper(tmp_path):
-    import sys
-
     package = tmp_path / "repo" / "pkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")

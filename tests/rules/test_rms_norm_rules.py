@@ -178,8 +178,7 @@ NO_WEIGHT = {"NoWeightNorm"}
 
 
 def migrate(source: str) -> str:
-    migrated = migrate_selected(source, "NPU320")
-    return migrated
+    return migrate_selected(source, "NPU320")
 
 
 @pytest.fixture(scope="module")
