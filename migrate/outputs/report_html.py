@@ -166,9 +166,10 @@ def _parity(parity: Optional[dict]) -> str:
         verdict = "PASS" if case.get("passed") else "FAIL"
         rows.append(f'<tr class="{verdict.lower()}"><td>{_e(case.get("name"))}</td><td>{_e(case.get("dtype"))}</td>'
                     f'<td class="verdict">{verdict}</td><td>{_e(_metric(case.get("outputs", [])))}</td>'
-                    f'<td>{_e(_metric(case.get("gradients", [])))}</td><td>{_e(divergent.get("module", "-"))}</td>'
+                    f'<td>{_e(_metric(case.get("gradients", [])))}</td><td>{_e(_metric(case.get("after_change", [])))}</td>'
+                    f'<td>{_e(divergent.get("module", "-"))}</td>'
                     f'<td>{_e(fallback or "none")}</td><td>{_e(problems)}</td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("case", "dtype", "result", "outputs", "gradients",
+    head = "".join(f"<th>{h}</th>" for h in ("case", "dtype", "result", "outputs", "gradients", "state changes",
                                              "first divergent module", "CPU fallback ops", "problems"))
     verdict = "passed" if parity.get("passed") else "FAILED"
     return (f'<section id="parity"><h2>Parity: {verdict}</h2><p>original <code>{_e(parity.get("original"))}</code> '

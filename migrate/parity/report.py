@@ -19,9 +19,10 @@ MAX_LISTED = 5  # failing tensors listed per case in the console
 
 @dataclass
 class TensorResult:
-    """One compared tensor: a model output, the loss, a gradient or an output after the step."""
+    """One compared tensor: a model output, a training loss, a gradient, an output after the training
+    steps or an output after a state change (named ``<change>/<output>``)."""
 
-    kind: str  # "output" | "loss" | "grad" | "after_step"
+    kind: str  # "output" | "loss" | "grad" | "after_step" | "after_change"
     name: str
     metrics: Optional[Metrics]
     failure: Optional[str] = None  # why it fails; None when it passes
@@ -55,6 +56,7 @@ class CaseResult:
     coverage: Dict[str, Dict[str, int]] = field(default_factory=dict)
     failure_kind: Optional[str] = None  # why a side produced no results (parity.failures kinds)
     raised_in: Optional[Dict[str, Any]] = None  # where a forward raised: side, module, call, op, at, error
+    not_applicable: List[str] = field(default_factory=list)  # state changes the model has nothing for
 
     @property
     def passed(self) -> bool:
@@ -87,6 +89,8 @@ class CaseResult:
             "outputs": [t.to_json() for t in self.of_kind("output")],
             "gradients": [t.to_json() for t in self.of_kind("loss", "grad")],
             "after_step": [t.to_json() for t in self.of_kind("after_step")],
+            "after_change": [t.to_json() for t in self.of_kind("after_change")],
+            "changes_not_applicable": self.not_applicable,
             "first_divergent_module": self.first_divergent.to_json() if self.first_divergent else None,
             "raised_in": self.raised_in,
             "op_coverage": self.coverage,
@@ -191,7 +195,7 @@ VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), 
                  "not supported": ("NOT SUPPORTED", "bold yellow")}
 # column -> (minimum width, wrap): names and figures stay on one line; op lists fold
 COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
-           "gradients": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
+           "gradients": (24, False), "state changes": (14, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
            "CPU fallback ops": (16, True), "float64": (8, True)}
 
 
@@ -217,6 +221,7 @@ def render(report: ParityReport) -> Group:
             Text(label, style=style),
             _worst(case.of_kind("output")) if not case.errors else case.verdict,
             _worst(case.of_kind("loss", "grad", "after_step")),
+            _worst(case.of_kind("after_change")),
             _where(case),
             _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
             _ops(coverage.get("fallback_ops", {})) if coverage else "-",
