@@ -25,9 +25,10 @@ version counter where it was; FSDP-style swaps and ``set_`` can land on a freed 
   takes any values). Under ``torch.compile`` an unproven value condition is never evaluated: the
   original code runs, so the graph has no data-dependent branch.
 
-The trade-off, measured on the emulator by ``benchmarks/state_changes.py``, is in the repository's
-``docs/design.md`` ("Derived state"): a cache keyed on identity, version and address is faster
-by one copy of the weights per step and silently wrong after a fused optimizer step.
+The trade-off, measured on the emulator, is in npu-migrate's ``docs/design.md`` ("Derived state"):
+per call, one copy of the gate and up activations, and one device->host sync where a mask's values
+must be checked (a verdict kept per tensor cost one per forward), against caches that are silently
+wrong after a fused optimizer step or a ``.data`` write.
 
 Sections: value checks, attention, rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only
 torch, torch_npu, math, functools and sys.
