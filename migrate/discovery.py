@@ -89,7 +89,8 @@ def git_toplevel(path: Path) -> Optional[Path]:
     """The top of the git work tree that tracks ``path``, or None when there is none.
 
     A directory that the enclosing repository ignores (a package in ``~/.pyenv/versions``, a
-    ``build/`` copy) counts as outside git: git neither lists its files nor can restore them.
+    ``build/`` copy) counts as outside git: git neither lists its files nor can restore them; so
+    does a directory inside a virtual environment that the repository holds without ignoring it.
     """
     try:
         done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"],
@@ -98,8 +99,17 @@ def git_toplevel(path: Path) -> Optional[Path]:
         return None
     if done.returncode != 0:
         return None
+    top = Path(done.stdout.strip())
+    if in_virtualenv(Path(path).resolve(), top.resolve()):
+        return None
     ignored = subprocess.run(["git", "-C", str(path), "check-ignore", "-q", "."], capture_output=True, check=False)
-    return None if ignored.returncode == 0 else Path(done.stdout.strip())
+    return None if ignored.returncode == 0 else top
+
+
+def in_virtualenv(path: Path, top: Path) -> bool:
+    """Whether ``path`` lies in a virtual environment (a directory holding ``pyvenv.cfg``) below
+    ``top``: a package pip put in a ``venv/`` inside a clone is not the repository's code."""
+    return any((parent / "pyvenv.cfg").is_file() for parent in (path, *path.parents) if parent != top and top in parent.parents)
 
 
 def _git_files(root: Path, files: Files) -> Optional[List[str]]:

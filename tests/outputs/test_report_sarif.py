@@ -209,6 +209,20 @@ def test_a_path_below_the_top_of_a_git_tree_is_named_from_the_top(tmp_path):
     assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/pkg/m.py"
 
 
+def test_a_package_in_a_virtualenv_inside_a_clone_is_named_from_its_own_directory(tmp_path):
+    """A ``venv/`` in a clone that .gitignore does not list: its packages are not the repository's
+    code, so a migrated package pip put there is its own %SRCROOT% (as outside any clone)."""
+    package = "venv/lib/python3.11/site-packages/pkg"
+    write_tree(tmp_path / "clone", {"README.md": "x\n", "venv/pyvenv.cfg": "home = /usr/bin\n",
+                                    f"{package}/m.py": "import torch\ny = torch.zeros(2).double()\n"})
+    git_init(tmp_path / "clone", commit=False)
+    reports = tmp_path / "r"
+    invoke(tmp_path / "clone" / package, "--out", tmp_path / "out", "--report-dir", reports)
+    run = _sarif(reports)["runs"][0]
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == (tmp_path / "clone" / package).resolve().as_uri() + "/"
+    assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "m.py"
+
+
 def test_more_results_than_github_accepts_drop_the_least_severe(tmp_path):
     findings = [finding(line=i + 1, snippet=f"x{i}") for i in range(10)]
     findings += [finding("NPU201", line=i + 1, action="rewritten", snippet=f"y{i}", safety="safe")
