@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import traceback
-from typing import Callable, List, Sequence, Tuple, Type
+from typing import Callable, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
@@ -27,6 +27,7 @@ from npu_migrate.migrate.context import FileContext
 from npu_migrate.migrate.edits import ImportSpec, Site
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.imports import add_imports
+from npu_migrate.migrate.line_fit import fit_lines
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.positions import positions
 from npu_migrate.migrate.rules import code_enabled, select_rules
@@ -63,10 +64,18 @@ def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0
 
 
 class Engine:
-    def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True) -> None:
+    def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True,
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> None:
         self.table = table
         self.rules = list(rules)
         self.enabled = enabled
+        # isort's first-party names by directory ("" for PATH): see runner.first_party_names
+        self.first_party: Mapping[str, FrozenSet[str]] = first_party or {}
+
+    def first_party_of(self, path: str) -> FrozenSet[str]:
+        """The module names isort counts as first party in the file at ``path``."""
+        directory = path.rsplit("/", 1)[0] if "/" in path else ""
+        return self.first_party.get(directory, frozenset()) | self.first_party.get("", frozenset())
 
     def applicable(self, data: bytes) -> List[Type[Rule]]:
         """The cheap byte check: rules whose trigger strings occur in the file."""
@@ -127,7 +136,7 @@ class Engine:
         if not rewriting:
             return FileResult(path, "unchanged", findings())
         try:
-            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports)
+            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports, source)
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"applying the edits failed: {_exception_line(exc)}")
         if migrated == source:
@@ -146,7 +155,7 @@ class Engine:
             site.finding.line, site.finding.col = where.get(id(site.anchor), (0, 0))
         return sorted(sites, key=lambda s: (s.finding.line, s.finding.col, s.finding.code))
 
-    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool) -> Tuple[str, List[str]]:
+    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool, source: str) -> Tuple[str, List[str]]:
         """The migrated text and the helper modules it imports; a site whose edits did not all
         reach the output is downgraded and the pass runs again without it."""
         while True:
@@ -161,11 +170,11 @@ class Engine:
                     if helper not in helpers:
                         helpers.append(helper)
                         imports.append(ImportSpec(f".{helper}", helper) if in_package else ImportSpec(helper))
-            if imports:
-                new_module = add_imports(new_module, imports, ctx.names)
-            lost = missing(new_module, sites, ctx.tree)
+            lost = missing(new_module, sites, ctx.tree)  # before the imports: they re-make top-level statements
             if not lost:
-                return code(new_module), helpers
+                if imports:
+                    new_module = add_imports(new_module, imports, ctx.names, self.first_party_of(ctx.path))
+                return fit_lines(new_module, code(new_module), source), helpers
             for site in lost:
                 _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
             sites = [s for s in sites if s.edits]
@@ -201,6 +210,7 @@ def _not_applied(site: Site, why: str) -> None:
     site.edits = ()
 
 
-def build_engine(table: OpTable, select=None, ignore=None) -> Engine:
+def build_engine(table: OpTable, select=None, ignore=None,
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> Engine:
     """An engine with the rules that ``--select``/``--ignore`` leave enabled."""
-    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore))
+    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore), first_party)

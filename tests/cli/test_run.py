@@ -40,7 +40,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     result = invoke(repo)
     assert result.exit_code == 0, result.output
     out = tmp_path / "repo-npu"
-    assert (out / "train.py").read_text() == "import torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n"
+    assert (out / "train.py").read_text() == "import torch\nimport torch_npu  # noqa: F401\n\nx = torch.zeros(3).npu()\n"
     for rel in ("model/__init__.py", "model/layers.py", "model/plain.py", "configs/base.yaml", "README.md", ".gitignore"):
         assert (out / rel).read_bytes() == (repo / rel).read_bytes(), rel
     for ignored in ("run.log", "build/out.py", "model/__pycache__"):
