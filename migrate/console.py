@@ -5,7 +5,7 @@ and ``migrate ops list | grep`` read the output, and machine formats keep stdout
 
 Neither wraps lines (``soft_wrap``): a ``path:line:col: problem`` line stays one line in a pipe or
 a narrow terminal. No emoji codes (a site ``train.py:100:8`` must not print as a "100" emoji) and
-no highlighting. ``--quiet`` silences ``out`` (``set_quiet``); diagnostics still reach stderr.
+no highlighting.
 """
 
 from rich.console import Console
@@ -13,7 +13,3 @@ from rich.console import Console
 console = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 out = Console(highlight=False, emoji=False, soft_wrap=True)
 
-
-def set_quiet(quiet: bool) -> None:
-    """``--quiet``: nothing on ``out`` (a command's own findings are printed with ``echo``)."""
-    out.quiet = quiet

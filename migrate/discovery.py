@@ -1,4 +1,4 @@
-"""Finding the files of a tree: which ones to migrate (``.py``), which to copy unchanged, and which
+"""Finding the files of a tree: which ones to migrate (``.py``, notebooks), which to copy unchanged, and which
 are left out, each with its reason, so that every file under PATH is either in the output or named
 in the report.
 
@@ -69,12 +69,17 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
             elif os.path.lexists(full):
                 files.excluded.append(Excluded(rel, "not a regular file (a socket, FIFO or device): not copied"))
             continue  # deleted but still in the index
-        (files.python if rel.endswith(".py") else files.other).append(rel)
+        (files.python if is_migratable(rel) else files.other).append(rel)
     for prefix in prefixes:
         if (root / prefix).exists():
             files.excluded.append(Excluded(prefix + "/", "the output or report directory of this run"))
     files.excluded.sort(key=lambda e: e.path)
     return files
+
+
+def is_migratable(rel: str) -> bool:
+    """A file the engine migrates: Python source, or a Jupyter notebook (its code cells)."""
+    return rel.endswith((".py", ".ipynb"))
 
 
 def relative_dir(root: Path, path: Path) -> Optional[str]:

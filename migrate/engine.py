@@ -20,7 +20,7 @@ from typing import Callable, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate import diagnostics, residual
+from npu_migrate.migrate import diagnostics, notebooks, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
@@ -58,7 +58,7 @@ def _exception_line(exc: BaseException) -> str:
 
 def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
     """A file that could not be processed: one tool finding, the original kept."""
-    where = f"{path}:{line}:{col}" if line else path
+    where = f"{path}:{line}:{col + 1}" if line else path  # 1-based, as every output shows it
     finding = Finding(code, message, "reported", path=path, line=line, col=col)
     return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
 
@@ -82,7 +82,13 @@ class Engine:
         return [rule for rule in self.rules if any(t in data for t in rule.triggers)]
 
     def migrate(self, path: str, data: bytes, *, in_package: bool = False) -> FileResult:
-        """The file's result; never raises for a bad file (pathological nesting and memory included)."""
+        """The file's result; never raises for a bad file (pathological nesting and memory included).
+        A notebook's code cells are migrated as one module (``migrate.notebooks``)."""
+        if path.endswith(".ipynb"):
+            return notebooks.migrate(self._guarded, path, data, error_result)
+        return self._guarded(path, data, in_package)
+
+    def _guarded(self, path: str, data: bytes, in_package: bool) -> FileResult:
         try:
             return self._migrate(path, data, in_package)
         except RecursionError as exc:

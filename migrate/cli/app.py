@@ -3,7 +3,6 @@ from typing import Optional
 import typer
 
 from npu_migrate.migrate import __version__
-from npu_migrate.migrate.console import set_quiet
 
 app = typer.Typer(
     name="migrate",
@@ -25,4 +24,3 @@ def _version(value: bool) -> None:
 def main(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")) -> None:
     """Port PyTorch model code to Huawei Ascend NPUs: rewrite, report, prove parity."""
-    set_quiet(False)  # each command starts loud; `run --quiet` silences its own output

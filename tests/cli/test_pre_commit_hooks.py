@@ -46,11 +46,11 @@ def test_the_entry_checks_a_repo(tmp_path, hook):
     before = snapshot(repo)
     done = _run_hook(hook, repo)
     assert done.returncode == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED, done.stderr
-    assert "Would change 4 files:" in done.stderr and "  train.py (" in done.stderr
-    assert "Needs attention (7 sites):" in done.stderr
+    assert "Would change 4 files:" in done.stdout and "  train.py (" in done.stdout
+    assert "Needs attention (7 sites):" in done.stdout
     assert snapshot(repo) == before  # --check writes nothing, not even a report directory
 
     done = _run_hook(hook, out)  # the migrated tree: nothing left to change, only the reported sites
     assert done.returncode == exitcodes.UNSUPPORTED, done.stderr
-    assert "Would change" not in done.stderr
+    assert "Would change" not in done.stdout
     assert _run_hook(hook, out, "--ignore", "NPU1").returncode == exitcodes.OK
