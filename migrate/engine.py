@@ -32,7 +32,7 @@ from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.positions import positions
 from npu_migrate.migrate.rules import code_enabled, select_rules
 from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.migrate.suppressions import is_suppressed, suppressed_lines
+from npu_migrate.migrate.suppressions import ignored_file, is_suppressed, suppressed_lines
 from npu_migrate.migrate.visit import visit_batched
 from npu_migrate.opmap import Fallback, OpTable
 
@@ -127,8 +127,10 @@ class Engine:
 
         sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
         kept_as_is = suppressed_lines(source)
+        whole_file = ignored_file(source)  # `# npu-migrate: ignore-file[...]`: as if on every line
         for site in sites:
-            if is_suppressed(kept_as_is, site.finding.line, site.finding.code):
+            if is_suppressed(kept_as_is, site.finding.line, site.finding.code) or \
+                    is_suppressed({0: whole_file} if whole_file is not None else {}, 0, site.finding.code):
                 site.finding.action, site.edits = "suppressed", ()
             elif site.edits:
                 _unless_switched_off(site, self.table)
