@@ -106,7 +106,8 @@ def load(path: Path, known_code: Callable[[str], bool]) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"line (\d+)", str(exc))
-        raise ConfigFileError(f"{path}:{match.group(1) if match else 1}: not valid TOML ({exc})") from exc
+        line = match.group(1) if match else (max(1, len(text.splitlines())) if "end of document" in str(exc) else 1)
+        raise ConfigFileError(f"{path}:{line}: not valid TOML ({exc})") from exc
     table = data.get("tool", {}).get(TABLE, {}) if isinstance(data.get("tool"), dict) else {}
     lines = text.splitlines()
 

@@ -35,8 +35,11 @@ def torch_requirement() -> str:
 
 def missing_torch(what: str) -> Optional[str]:
     """None when torch can be imported; else what to install, for ``what`` ("migrate parity")."""
-    if importlib.util.find_spec("torch") is not None:
-        return None
+    try:
+        if importlib.util.find_spec("torch") is not None:
+            return None
+    except (ImportError, ValueError):  # a broken or blocked torch counts as missing
+        pass
     python = sys.executable or "python3"
     return (f"{what} runs the models with PyTorch, which this installation does not have (the light install "
             f"of {DISTRIBUTION} leaves it out). Install the {EXTRA!r} extra into this environment, PyTorch's CPU "

@@ -2,15 +2,15 @@
 
 Rendered from the report.json dict: the summary table (the same counts), the parity result when
 there is one, the new files (the vendored helper) and new dependencies (``torch_npu``), the codes
-seen with their one-line meaning, the rewritten sites per file with their fix safety, "Needs
-attention" (the sites that were not migrated grouped by their advice: code, plan and what to do,
-each advice once with its sites; then the file errors), and the sites kept as they are by
+seen with their one-line meaning, "Needs attention" (the sites that were not migrated grouped by
+their advice: code, plan and what to do, each advice once with its sites; then the file errors),
+the rewritten sites per file with their fix safety, and the sites kept as they are by
 ``# npu-migrate: ignore`` comments.
 
 A pull request's body holds at most 65,536 characters, so the page stays under ``MAX_CHARS``: on a
-large repository the rewrites are counted per file and code instead of listed site by site, then
-the lists of sites are shortened ("... and 40 more"), always saying that report.html (and
-report.json) hold every site.
+large repository the rewrites are listed per file and message, then counted per file, then only
+per code, and the lists of sites are shortened ("... and 40 more"), always saying that
+report.html (and report.json) hold every site.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ from npu_migrate.migrate.outputs.report_json import is_site, location
 MAX_CHARS = 60_000  # GitHub's pull-request body limit is 65,536; room for a note or a template
 SAFETY_NOTE = {SAFE: "safe", NUMERICS_CHANGING: "numerics-changing: prove it with `migrate parity`"}
 EVERY_SITE = "report.html and report.json list every site"
-# (site-by-site rewrites, sites listed per advice); each level is shorter than the one before
-DETAIL_LEVELS = ((True, 1000), (False, 1000), (False, 20), (False, 5), (False, 0))
+# (how rewrites are listed, sites listed per advice); each level is shorter than the one before.
+# Rewrites: "sites" one a line, "lines" per file and message with their lines, "files" one line a
+# file with its counts per code, "none" only the counts (the Diagnostics table)
+DETAIL_LEVELS = (("sites", 1000), ("lines", 1000), ("lines", 20), ("files", 20), ("files", 5), ("none", 5),
+                 ("none", 0))
 TORCH_NPU_INSTALL = ("install `torch-npu` (PyPI) of the release that matches your torch, on a machine with "
                      "Ascend's CANN toolkit")
 
@@ -108,14 +111,22 @@ def _new_files_and_dependencies(report: dict, limit: int) -> List[str]:
     return out + [""]
 
 
-def _rewritten(rewritten: List[dict], site_by_site: bool, limit: int) -> List[str]:
+def _rewritten(rewritten: List[dict], mode: str, limit: int) -> List[str]:
     if not rewritten:
         return []
     out = ["## Rewritten", ""]
+    if mode == "none":
+        files = len({f["path"] for f in rewritten})
+        return out + [f"{len(rewritten)} sites in {files} files (counted per code under Diagnostics; {EVERY_SITE}).", ""]
     for path, group in groupby(rewritten, key=lambda f: f["path"]):
         sites = list(group)
+        if mode == "files":
+            counts = Counter(f["code"] for f in sites)
+            out.append(f"- `{path}`: {len(sites)} rewrite{'s' if len(sites) > 1 else ''} ("
+                       + ", ".join(f"{code} x{n}" for code, n in sorted(counts.items())) + ")")
+            continue
         out += [f"### `{path}`", ""]
-        if site_by_site:
+        if mode == "sites":
             out += [f"- {_site(f)} {f['code']} {f['message']}{_target(f)}{_safety(f)}" for f in sites]
         else:  # one line per code and message, with the lines it applies to
             kinds: Dict[Tuple[str, str], List[dict]] = {}
@@ -126,7 +137,7 @@ def _rewritten(rewritten: List[dict], site_by_site: bool, limit: int) -> List[st
                 out.append(f"- {code} {message}{_target(same[0])}{_safety(same[0])} — "
                            f"{len(same)} site{'s' if len(same) > 1 else ''} (line{'s' if len(same) > 1 else ''} {lines})")
         out.append("")
-    return out
+    return out + ([""] if mode == "files" else [])
 
 
 def _attention(reported: List[dict], errors: List[dict], limit: int) -> List[str]:
@@ -172,7 +183,7 @@ def _suppressed(suppressed: List[dict], limit: int) -> List[str]:
     return out + [""]
 
 
-def _render(report: dict, parity: Optional[dict], site_by_site: bool, limit: int) -> str:
+def _render(report: dict, parity: Optional[dict], mode: str, limit: int) -> str:
     s, findings = report["summary"], report["findings"]
     out: List[str] = ["# Migration to Ascend NPU (npu-migrate)", "", *_summary_table(s), *_parity(parity),
                       *_new_files_and_dependencies(report, max(limit, 10))]
@@ -185,11 +196,11 @@ def _render(report: dict, parity: Optional[dict], site_by_site: bool, limit: int
     rewritten, reported = _by_action(findings, "rewritten"), _by_action(findings, "reported")
     errors = [f for f in report["files"] if f["status"] == "error"]
     suppressed = _by_action(findings, "suppressed")
-    if not site_by_site:
+    if mode != "sites":
         out += [f"*This repository is large: rewrites are counted per file and the lists of sites are "
                 f"shortened to fit a pull-request description; {EVERY_SITE}.*", ""]
-    out += _rewritten(rewritten, site_by_site, max(limit, 10))
-    out += _attention(reported, errors, limit)
+    out += _attention(reported, errors, limit)  # what a reviewer must act on comes first
+    out += _rewritten(rewritten, mode, max(limit, 10))
     out += _suppressed(suppressed, limit)
     if not (rewritten or reported or errors or suppressed):
         out += ["Nothing to migrate: no file uses a CUDA-specific or unsupported API.", ""]
@@ -199,8 +210,8 @@ def _render(report: dict, parity: Optional[dict], site_by_site: bool, limit: int
 def render(report: dict, parity: Optional[dict] = None, max_chars: int = MAX_CHARS) -> str:
     """report.md: the most detailed page that fits in ``max_chars`` characters."""
     text = ""
-    for site_by_site, limit in DETAIL_LEVELS:
-        text = _render(report, parity, site_by_site, limit)
+    for mode, limit in DETAIL_LEVELS:
+        text = _render(report, parity, mode, limit)
         if len(text) <= max_chars:
             return text
     return _cut(text, max_chars)
