@@ -99,9 +99,12 @@ def _new_files_and_dependencies(report: dict, limit: int) -> List[str]:
     if not (new_files or dependencies):
         return []
     out = ["## New files and dependencies", ""]
-    for path in new_files:
-        out.append(f"- new file `{path}`: the helper module npu-migrate vendors beside the migrated files "
-                   "(the run-time checks and mask conversions their fused rewrites call); it is in the patch")
+    if new_files:
+        names = ", ".join(f"`{p}`" for p in new_files[:limit])
+        more = f" and {len(new_files) - limit} more" if len(new_files) > limit else ""
+        out.append(f"- new file{'s' if len(new_files) > 1 else ''} {names}{more}: the helper module npu-migrate "
+                   "vendors beside the migrated files (the run-time checks and mask conversions their fused "
+                   "rewrites call); in the patch")
     for dependency in dependencies:
         files = dependency["files"]
         how = f"; {TORCH_NPU_INSTALL}" if dependency["module"] == "torch_npu" else ""

@@ -50,5 +50,5 @@ def test_the_parity_result_new_files_and_dependencies_are_shown():
     assert "## Parity: FAILED: 0/1 case(s) passed" in text
     assert "| tiny | float32 | FAIL | 0/1 ok, cos 0.990000, abs 5.0e-01 |" in text
     assert "layers.0.input_layernorm" in text
-    assert "new file `pkg/npu_glue.py`" in text and "new dependency `torch_npu`, imported by 1 file (`a.py`)" in text
+    assert "new file `pkg/npu_glue.py`: the helper module" in text and "new dependency `torch_npu`, imported by 1 file (`a.py`)" in text
     assert "torch-npu" in text
