@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback",
                 "snippet")
-_IMPORTED = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
+# a top-level name imported on a line (in a notebook's JSON, a source line starts with its quote)
+_IMPORTED = re.compile(r"^\s*\"?(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
 def is_site(finding: dict) -> bool:

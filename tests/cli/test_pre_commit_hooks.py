@@ -29,7 +29,7 @@ def test_hooks_are_well_formed():
         assert {"id", "name", "entry", "language"} <= set(hook)
         assert hook["language"] in LANGUAGES and hook["pass_filenames"] is False
         assert shlex.split(hook["entry"])[:3] == ["migrate", "run", "--check"]
-        assert hook["types_or"] == ["python"] and isinstance(hook["args"], list)
+        assert hook["types_or"] == ["python", "jupyter"] and isinstance(hook["args"], list)  # notebooks migrate too
 
 
 def _run_hook(hook: dict, cwd: Path, *extra: str) -> subprocess.CompletedProcess:

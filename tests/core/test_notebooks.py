@@ -83,6 +83,8 @@ def test_every_output_names_the_cell(tmp_path):
     assert result["properties"]["cell"] == 3 and "fixes" not in result
     invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
     assert "`train.ipynb:cell 3:3:8`" in (tmp_path / "r/report.md").read_text()
+    report = json.loads((tmp_path / "r/report.json").read_text())
+    assert report["new_dependencies"] == [{"module": "torch_npu", "files": ["train.ipynb"]}]
     nbformat.validate(nbformat.read(tmp_path / "out/train.ipynb", as_version=4))
 
 
