@@ -6,7 +6,6 @@ so ``migrate --help`` stays fast.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -21,6 +20,7 @@ from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
 from npu_migrate.migrate.cli.formats import is_human
 from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, confine, probe_writable
+from npu_migrate.migrate.cli.run_writes import _write, _write_reports_and_say, finish_in_place
 from npu_migrate.migrate.console import console, out
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
@@ -150,7 +150,7 @@ def run_command(
                 None if no_cache else (cache_dir or _default_cache_dir()), fmt, quiet, exit_zero,
                 stdin_filename=stdin_filename)
             options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
-            code = run_stdin(options) if stdin else run_migration(path, options)
+            code = _stdin(options) if stdin else run_migration(path, options)
     except UsageError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         code = exitcodes.USAGE_ERROR
@@ -203,6 +203,12 @@ def _patterns(config, path: Path, cli_exclude: List[str]):
     return exclude, per_file
 
 
+def _stdin(options: RunOptions) -> int:
+    from npu_migrate.migrate.cli.run_stdin import run_stdin
+
+    return run_stdin(options)
+
+
 def _default_cache_dir() -> Path:
     from npu_migrate.migrate.cache import default_dir
 
@@ -238,7 +244,6 @@ def run_migration(path: Path, options: RunOptions) -> int:
     """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too)."""
     from npu_migrate.migrate.discovery import discover
     from npu_migrate.migrate.outputs.in_place import check_in_place, unfinished_journal
-    from npu_migrate.opmap import load_table
 
     paths = confine(path, options.out, options.in_place, options.report_dir)
     root = paths.root
@@ -325,62 +330,6 @@ def _sarif(report: dict, result, patch: str) -> str:
     return report_sarif.render(report, result.root, diffs, originals)
 
 
-def run_stdin(options: RunOptions) -> int:
-    """``migrate run - --stdin-filename NAME``: the file read from stdin, migrated in memory; stdout
-    gets the migrated source (the original when nothing changes), or with ``--diff`` the patch, or
-    with ``--check`` the findings. Nothing is written."""
-    from npu_migrate.migrate.cli import summary as show
-    from npu_migrate.migrate.outputs import report_json
-    from npu_migrate.migrate.runner import RunResult
-
-    name = options.stdin_filename or "-"
-    where = Path(name)
-    rel = where.name if where.name != "-" else "stdin.py"
-    data = sys.stdin.buffer.read()
-    if not is_human(options.output_format) and not options.check:
-        raise UsageError(f"--output-format {options.output_format} with PATH - needs --check: without it stdout "
-                         "carries the migrated source")
-    table = _load_table(options.opmap)
-    ignored = options.ignored_in(where.resolve()) if options.ignored_in is not None and where.name != "-" else ()
-    from npu_migrate.migrate.engine import build_engine
-    from npu_migrate.migrate.runner import first_party_names
-
-    siblings = [p.name for p in where.resolve().parent.glob("*.py")] if where.name != "-" else []
-    engine = build_engine(table, options.select, [*(options.ignore or ()), *ignored] or None,
-                          first_party_names([*siblings, rel]))
-    in_package = where.name != "-" and (where.resolve().parent / "__init__.py").is_file()
-    file_result = engine.migrate(rel, data, in_package=in_package)
-    file_result.path = rel
-    run = RunResult(where.resolve().parent if where.name != "-" else Path.cwd(), [file_result])
-    from npu_migrate.migrate.outputs.changes import Change
-    from npu_migrate.migrate.outputs.patch import build_patch
-
-    changes = [Change(rel, file_result.original, file_result.migrated)] if file_result.status == "changed" else []
-    report = report_json.build(run, changes)
-    if options.diff:
-        typer.echo(build_patch(changes), nl=False)
-    elif options.check:
-        if is_human(options.output_format):
-            show.check_listing(report, changes, where, options.output_format, out)
-        else:
-            typer.echo(formats.machine(options.output_format, report, run.root,
-                                       _sarif(report, run, build_patch(changes))
-                                       if options.output_format == "sarif" else None), nl=False)
-    else:
-        sys.stdout.write(file_result.migrated if file_result.status == "changed" else data.decode("utf-8", "replace"))
-        sys.stdout.flush()
-        show.listing(report, options.output_format, console)
-    show.errors(report, console)
-    for helper in file_result.helpers:
-        beside = where.resolve().parent / f"{helper}.py"
-        if where.name == "-" or not beside.exists():
-            console.print(f"note: the migrated code imports the helper module {helper} ({helper}.py beside the file): "
-                          f"`migrate run` on the file or its directory writes it", soft_wrap=True, markup=False)
-    if not options.quiet:
-        show.summary_line(report, console)
-    return _exit_code(report, run, changes, options)
-
-
 def _cache(cache_dir: Optional[Path], opmap, select, ignore, limits: Limits):
     if cache_dir is None:
         return None
@@ -394,88 +343,6 @@ def _cache(cache_dir: Optional[Path], opmap, select, ignore, limits: Limits):
     from npu_migrate.opmap.table import builtin_files
 
     return Cache(cache_dir, salt([*builtin_files(), *opmap], select_rules(select, ignore), select, ignore, limits))
-
-
-def _write(result, changes, paths: Paths, backup: bool) -> bool:
-    """Write the tree (or the in-place changes); returns whether Ctrl-C stopped the writing.
-
-    The outcome lands in ``result.written`` either way, so the reports say what was written."""
-    from npu_migrate.migrate.outputs.in_place import write_in_place
-    from npu_migrate.migrate.outputs.journal import journal_dir
-    from npu_migrate.migrate.outputs.tree import mark_unwritten, python_paths, write_tree
-    from npu_migrate.migrate.runner import WriteOutcome
-
-    if paths.out_dir is None:
-        result.written = WriteOutcome(str(paths.root), journal=str(journal_dir(paths.report_dir)))
-        intended = [c.path for c in changes]
-    else:
-        result.written = WriteOutcome(str(paths.out_dir))
-        intended = sorted({*result.copied, *python_paths(result), *(c.path for c in changes)})
-    try:
-        if paths.out_dir is None:
-            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written)
-        else:
-            write_tree(result, changes, paths.out_dir, result.written)
-    except KeyboardInterrupt:
-        outcome = result.written
-        outcome.complete = False
-        for rel in intended:
-            if rel not in outcome.written and rel not in outcome.failed:
-                outcome.failed[rel] = "not written: the run was interrupted"
-        mark_unwritten(result, outcome)
-        return True
-    return False
-
-
-def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, options: RunOptions, interrupted: bool,
-                           talk) -> bool:
-    """Write the reports and say where everything went (unless --quiet); returns whether the reports
-    were written."""
-    from npu_migrate.migrate.outputs import PATCH_NAME, write_reports
-    from npu_migrate.migrate.outputs.patch import apply_command
-
-    outcome = result.written
-    try:
-        reports = write_reports(paths.report_dir, result, patch, report=report, parity=options.parity)
-    except OSError as exc:
-        console.print(f"[red]error:[/red] the reports could not be written: {escape(str(exc.filename or paths.report_dir))}: "
-                      f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
-        reports = None
-    if options.quiet:
-        return reports is not None
-    if outcome is not None:
-        if paths.out_dir is None:
-            where = f"in place in {paths.root}" + (f" ({len(outcome.backups)} backups <file>.orig)" if outcome.backups else "")
-        else:
-            where = str(paths.out_dir)
-        state = "" if outcome.complete and not outcome.failed else \
-            f" ({len(outcome.written)} files written, {len(outcome.failed)} not written{', interrupted' if interrupted else ''})"
-        talk.print(f"Migrated tree: {escape(where)}{state}", soft_wrap=True)
-        if not outcome.complete and outcome.journal:
-            talk.print(f"In-place journal: {escape(outcome.journal)} (finish with --resume, undo with --revert)",
-                       soft_wrap=True)
-    if reports is not None:
-        talk.print(f"Patch:   {reports[PATCH_NAME]}  (apply: {apply_command(paths.root, reports[PATCH_NAME])})",
-                   soft_wrap=True, markup=False)
-        talk.print("Reports: " + ", ".join(str(reports[name]) for name in reports if name != PATCH_NAME),
-                   soft_wrap=True, markup=False)
-    return reports is not None
-
-
-def finish_in_place(path: Path, report_dir: Optional[Path], in_place: bool, resume: bool, revert: bool) -> int:
-    """``--resume`` / ``--revert``: finish or undo an in-place run from its journal."""
-    from npu_migrate.migrate.outputs.in_place import finish_journal
-
-    if not in_place or (resume and revert):
-        raise ConfigError("--resume and --revert go with --in-place, one at a time")
-    paths = confine(path, None, True, report_dir)
-    outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
-    verb = "finished" if resume else "reverted"
-    console.print(f"In-place run {verb}: {len(outcome.written)} files written, {len(outcome.failed)} not written",
-                  soft_wrap=True)
-    for rel, why in sorted(outcome.failed.items()):
-        console.print(f"[red]not written:[/red] {escape(rel)}: {escape(why)}", soft_wrap=True)
-    return exitcodes.FILE_ERRORS if outcome.failed else exitcodes.OK
 
 
 def _exit_code(report: dict, result, changes, options: RunOptions) -> int:
