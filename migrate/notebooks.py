@@ -134,22 +134,53 @@ def python_source(notebook: Notebook) -> Tuple[str, List[Tuple[int, int]]]:
         if own and own[-1] == "":
             own.pop()
         python = True
+        state = _Continuation()
         for index, line in enumerate(own):
             if index == 0 and line.startswith("%%"):
                 python = line.split()[0] in PYTHON_CELL_MAGICS
             if not python:
                 notebook.left_out.add(cell.number)
                 break
-            if (index == 0 and line.startswith("%%")) or _IPYTHON_LINE.match(line):
+            if (index == 0 and line.startswith("%%")) or (state.at_statement and _IPYTHON_LINE.match(line)):
                 indent = line[:len(line) - len(line.lstrip())]
                 lines.append(f"{indent}# {MAGIC}({len(notebook.magics)})")
                 notebook.magics.append(line.strip())
             else:
                 lines.append(line)
+                state.read(line)
             where.append((cell.number, index + 1))
         lines.append(f"{CELL}({cell.number})")
         where.append((cell.number, 0))
     return "".join(line + "\n" for line in lines), where
+
+
+class _Continuation:
+    """Whether the next line starts a statement: not inside brackets, a string over several lines
+    or after a backslash (there ``% x`` is Python's operator, not a magic)."""
+
+    _TOKEN = re.compile(r"\"\"\"|\'\'\'|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|#.*|[()\[\]{}]")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: Optional[str] = None  # the triple quote of an open string
+        self.backslash = False
+
+    @property
+    def at_statement(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.backslash
+
+    def read(self, line: str) -> None:
+        for token in self._TOKEN.findall(line):
+            if self.quote is not None:
+                if token == self.quote:
+                    self.quote = None
+            elif token in ('"""', "\'\'\'"):
+                self.quote = token
+            elif token in "([{" and len(token) == 1:
+                self.depth += 1
+            elif token in ")]}" and len(token) == 1:
+                self.depth = max(0, self.depth - 1)
+        self.backslash = self.quote is None and line.rstrip().endswith("\\") and not line.lstrip().startswith("#")
 
 
 def _cells_of(migrated: str, notebook: Notebook) -> Dict[int, str]:

@@ -107,3 +107,11 @@ def test_a_cell_that_does_not_parse_is_named(engine):
     text = notebook(nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("x = (\ny = torch.zeros(1).cuda()"))
     result = engine.migrate("nb.ipynb", text.encode())
     assert result.status == "error" and result.error.startswith("nb.ipynb:cell 2:")
+
+
+def test_a_percent_operator_on_a_continuation_line_is_python_not_a_magic(engine):
+    text = notebook(nbformat.v4.new_code_cell('import torch\nmsg = ("on %s"\n       % "cuda")\nx = torch.zeros(1).cuda()'))
+    result = engine.migrate("nb.ipynb", text.encode())
+    assert result.status == "changed", result.error
+    source = nbformat.reads(result.migrated, as_version=4).cells[0].source
+    assert '       % "cuda")\nx = torch.zeros(1).npu()' in source
