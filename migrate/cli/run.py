@@ -132,9 +132,9 @@ def run_command(
     fmt = output_format.value
     stdin = str(path) == "-"
     try:
-        if (diff or statistics) and not is_human(fmt) and fmt != "json":
+        if not is_human(fmt) and (diff or (statistics and fmt != "json")):
             raise UsageError(f"--output-format {fmt} prints findings on stdout, where --diff and --statistics print "
-                             "theirs; choose one")
+                             "theirs; choose one (--statistics --output-format json prints the statistics as JSON)")
         if stdin and (in_place or out or resume or revert):
             raise UsageError("PATH - (standard input) writes only to stdout: no --out, --in-place, --resume or --revert")
         if resume or revert:

@@ -47,6 +47,9 @@ def test_the_summary_and_lists_go_to_stdout_and_machine_formats_keep_it_to_thems
     assert [json.loads(line) for line in lines] == findings
     diff = invoke(repo, "--diff")
     assert diff.stdout.startswith("diff --git a/") and "Python files scanned" in diff.stderr
+    assert invoke(repo, "--diff", "--output-format", "json").exit_code == exitcodes.USAGE_ERROR  # one owner of stdout
+    stats = json.loads(invoke(repo, "--statistics", "--output-format", "json").stdout)
+    assert {row["code"]: row["count"] for row in stats} == {"NPU901": 1, "NPU902": 1}
 
 
 def test_columns_are_one_based_in_the_console_json_sarif_and_github(repo):
