@@ -58,7 +58,7 @@ def test_rewrites_keep_comments_and_add_the_import():
     src = b"import torch\n\n# keep me\ny = x.cuda()  # and me\n"
     result = engine(RenameCuda).migrate("m.py", src)
     assert result.status == "changed"
-    assert result.migrated == "import torch\nimport torch_npu\n\n# keep me\ny = x.npu()  # and me\n"
+    assert result.migrated == "import torch\nimport torch_npu  # noqa: F401\n\n# keep me\ny = x.npu()  # and me\n"
     (finding,) = result.findings
     assert (finding.line, finding.col, finding.action, finding.target) == (4, 6, "rewritten", "Tensor.npu")
 
