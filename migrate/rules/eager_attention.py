@@ -32,6 +32,7 @@ from npu_migrate.migrate.defuse import read
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import MOVED_PLAN, Blocked, probabilities_used
 from npu_migrate.migrate.rules._attention_definitions import causal_alignment, is_tril_buffer
 from npu_migrate.migrate.rules._attention_match import Attention, repeated_heads
@@ -233,7 +234,7 @@ class EagerAttention(FunctionRule, Rule):
                     return "the condition of a mask is not available where the attention starts"
                 subject = condition.split(" is not ")[0]
                 if text != subject:
-                    text = f"{text} if {condition} else None"
+                    text = atom(f"{text} if {condition} else None")
             masks.append((term.kind, text, causal))
         if len(masks) == 1 and masks[0][2] is not None:
             return [], [("causal", masks[0][2][0], masks[0][2][1])]
@@ -257,7 +258,7 @@ class EagerAttention(FunctionRule, Rule):
         found = causal_alignment(value.node)
         if found is None or not is_tril_buffer(cls, found[0], self.qualified_name):
             return None
-        return found[1], code(value.node)
+        return found[1], atom(code(value.node))
 
     def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none):
         q, k, v = texts["q"], texts["k"], texts["v"]
@@ -302,11 +303,11 @@ class EagerAttention(FunctionRule, Rule):
         module = dropout["module"]
         if module is not None:
             name = operand_code(piece, module)
-            return f"1 - {name}.p if {name}.training else 1.0"
+            return atom(f"1 - {name}.p if {name}.training else 1.0")
         p = operand_code(piece, dropout["p"]) if dropout["p"] is not None else "0.5"
         if dropout["training"] is None:
-            return f"1 - {p}"
-        return f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0"
+            return atom(f"1 - {p}")
+        return atom(f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0")
 
     # -- probabilities read afterwards -----------------------------------------------------------
     def _probabilities_read_after(self, att: Attention, piece: Slice, problem: str) -> Optional[str]:
@@ -360,12 +361,12 @@ def _sequence_length_of(piece: Slice, mask, repeated, source: str) -> Optional[s
         lengths = len(re.findall(rf"\b{re.escape(name)}{SEQUENCE_LENGTH.pattern}", text))
         if uses != lengths:
             return None
-        text = re.sub(rf"\b{re.escape(name)}(?={SEQUENCE_LENGTH.pattern})", source, text)
+        text = re.sub(rf"\b{re.escape(name)}(?={SEQUENCE_LENGTH.pattern})", lambda _: source, text)
     renamed = piece.view.value(node)  # the mask's other names must read the same at the guard
     for name in _names_in_text(text, names):
         if env.get(name) is not piece.guard_env().get(name):
             return None
-    return text if names and renamed is mask else None
+    return atom(text) if names and renamed is mask else None
 
 
 def _names_in_text(text: str, skip) -> List[str]:
