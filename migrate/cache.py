@@ -116,9 +116,8 @@ class Cache:
         self.directory = Path(directory) / f"v{VERSION}"
         self.salt = salt_
 
-    def key(self, path: str, digest: str, in_package: bool) -> str:
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}".encode("utf-8", "surrogateescape")
-                              ).hexdigest()
+    def key(self, path: str, digest: str) -> str:
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}".encode("utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"

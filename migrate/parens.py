@@ -21,11 +21,12 @@ reads as the same tree as with it parenthesised, and parenthesised everywhere el
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 import libcst as cst
 
 from npu_migrate.migrate.codegen import code as _code
+from npu_migrate.migrate.tree import walk
 
 _EMPTY = cst.Module(body=[])
 
@@ -112,22 +113,12 @@ class _Put(cst.CSTTransformer):
         return updated
 
 
-def _own_parens(template: cst.CSTNode) -> List[cst.CSTNode]:
-    """The template's parenthesised expressions below its root whose parentheses hold no line
-    break (those lay the code out; the root's belong to where the template lands)."""
-    found = []
-
-    class Collect(cst.CSTVisitor):
-        def on_visit(self, node) -> bool:
-            lpar = getattr(node, "lpar", None)
-            if lpar and node is not template and isinstance(node, cst.BaseExpression) and not any(
-                    isinstance(p.whitespace_after, cst.ParenthesizedWhitespace) for p in lpar) and not any(
-                    isinstance(p.whitespace_before, cst.ParenthesizedWhitespace) for p in node.rpar):
-                found.append(node)
-            return True
-
-    template.visit(Collect())
-    return found
+def _own_parens(node: cst.CSTNode) -> bool:
+    """A parenthesised expression whose parentheses hold no line break (those lay the code out)."""
+    lpar = getattr(node, "lpar", None)
+    return bool(lpar) and isinstance(node, cst.BaseExpression) and not any(
+        isinstance(p.whitespace_after, cst.ParenthesizedWhitespace) for p in lpar) and not any(
+        isinstance(p.whitespace_before, cst.ParenthesizedWhitespace) for p in node.rpar)
 
 
 def settle(template: cst.CSTNode, kind: str, values: Mapping[str, cst.CSTNode],
@@ -135,10 +126,11 @@ def settle(template: cst.CSTNode, kind: str, values: Mapping[str, cst.CSTNode],
     """``template`` (parsed from text whose placeholders are the keys of ``values``) with every
     placeholder replaced by its node, each piece parenthesised only where its context needs it.
     ``wrapped(node, parenthesised)`` is told of each node put in with parentheses added."""
-    placeholders = [n for n in _walk(template) if isinstance(n, cst.Name) and n.value in values]
+    nodes = walk(template)
+    placeholders = [n for n in nodes if isinstance(n, cst.Name) and n.value in values]
     candidates = [n for n in placeholders if isinstance(values[n.value], cst.BaseExpression)
                   and not isinstance(values[n.value], cst.StarredElement) and not is_atom(values[n.value])]
-    candidates += _own_parens(template)
+    candidates += [n for n in nodes[1:] if _own_parens(n)]  # the root's belong to where the template lands
     if not placeholders and not candidates:
         return template
     chosen: set = set()
@@ -160,14 +152,6 @@ def settle(template: cst.CSTNode, kind: str, values: Mapping[str, cst.CSTNode],
             if became is not None and became is not value:
                 wrapped(value, became)
     return tree
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
 
 
 # -- where a rewritten node lands in the file -----------------------------------------------------

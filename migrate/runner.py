@@ -19,7 +19,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
@@ -35,7 +35,7 @@ PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # every 700 allocations (CPython's default) scans the young trees again and again for nothing.
 WORKER_GC_THRESHOLD = (50_000, 20, 20)
 
-Task = Tuple[str, bool]  # (path relative to the root, whether its directory is a package)
+Task = str  # a path relative to the root
 
 
 @dataclass
@@ -98,22 +98,21 @@ class _Job:
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _migrate_task(task: Task) -> FileResult:
-    path, in_package = task
+def _migrate_task(path: Task) -> FileResult:
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
     except SourceError as exc:
         return error_result(path, exc.code, exc.message)
     digest = hashlib.sha256(data).hexdigest()
-    key = job.cache.key(path, digest, in_package) if job.cache is not None else None
+    key = job.cache.key(path, digest) if job.cache is not None else None
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
             return hit
     try:
         with time_budget(job.limits.max_seconds):
-            result = job.engine.migrate(path, data, in_package=in_package)
+            result = job.engine.migrate(path, data)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
@@ -139,22 +138,12 @@ def _file_diff(result: FileResult) -> str:
 def _lost(task: Task, why: str) -> FileResult:
     """The result of a file whose worker died or stayed silent past the hard limit."""
     if why.startswith("no answer"):
-        return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
-                                                            f"(--file-timeout; {why}); not migrated")
-    return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
+        return error_result(task, diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
+                                                         f"(--file-timeout; {why}); not migrated")
+    return error_result(task, diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
 # -- main side --------------------------------------------------------------------------------------
-def _tasks(python: Sequence[str]) -> List[Task]:
-    """Each file with whether its directory holds an ``__init__.py`` (helpers then import relatively)."""
-    present = set(python)
-    tasks = []
-    for path in python:
-        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        tasks.append((path, parent + "__init__.py" in present))
-    return tasks
-
-
 def chunked(items: Sequence, jobs: int) -> List[list]:
     """About 8 chunks per process (balances uneven files), at most 64 files each."""
     size = max(1, min(64, len(items) // (jobs * 8) or 1))
@@ -197,13 +186,13 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
     copied = list(copied)
     tasks = []
-    for task in _tasks(python):
-        problem = name_problem(task[0])
+    for path in python:
+        problem = name_problem(path)
         if problem:  # reported under a printable name, copied under its own
-            results.append(error_result(display(task[0]), diagnostics.BAD_NAME, problem))
-            copied.append(task[0])
+            results.append(error_result(display(path), diagnostics.BAD_NAME, problem))
+            copied.append(path)
         else:
-            tasks.append(task)
+            tasks.append(path)
     _job = _Job(build_engine(table, select, ignore), root, limits, cache)
     try:
         with _progress(len(tasks), progress) as advance:
