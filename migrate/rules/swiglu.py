@@ -34,6 +34,7 @@ from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
+from npu_migrate.migrate.rules._module_class import never_plain_linear
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
@@ -76,9 +77,16 @@ class SwiGlu(Rule):
             if isinstance(match, Blocked):
                 self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
                 continue
-            problem = self._rewrite(match, view)
+            problem = self._never_plain(match, view) or self._rewrite(match, view)
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
+
+    def _never_plain(self, m: Gated, view) -> Optional[str]:
+        """Why the two projections can never be the plain nn.Linear modules the fused call needs."""
+        if m.form != "projections":
+            return None
+        return next(filter(None, (never_plain_linear(view, module, self.ctx.module, self.qualified_name)
+                                  for module in m.modules)), None)
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
         """The cheap filter before the view is built: the function names an activation (or a split)

@@ -238,3 +238,28 @@ def test_scaled_query_lands_parenthesised_and_is_equal(table, npu, dtype):
     want = before["upcast_scores"](q, k, v, 8, mask)
     assert len(npu) == 1 and got.dtype == want.dtype
     close(got, want, dtype, table)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merged_heads_and_one_head_attention_run_fused_and_equal(table, npu, dtype):
+    """3-D q/k/v with the heads merged into the batch ([B*H, N, D], einops or view, with a [B*H, N, N]
+    additive mask) and 2-D one-head q/k/v: the guard was never true for them when they were passed
+    as BNSD; as [B*H, 1, N, D] / [1, 1, N, D] views the kernel runs and the result is the original's."""
+    before, after = load("NPU302_eager_merged_heads", table, "NPU302")
+    b, h, n, d = 2, 3, 5, 8
+    x = rand(b, n, h * d, dtype=dtype)
+    weights = [rand(h * d, h * d, dtype=dtype, seed=s) / 5 for s in (1, 2, 3)]
+    npu.clear()
+    close(after["merged_heads"](x, *weights, h), before["merged_heads"](x, *weights, h), dtype, table)
+    assert len(npu) == 1
+    q, k, v = (rand(b, h, n, d, dtype=dtype, seed=s) for s in (4, 5, 6))
+    padding = additive_mask(b * h, n, n, dtype).reshape(b, h, n, n)
+    npu.clear()
+    got = after["merged_heads_masked"](q, k, v, padding, b, h, n, d)
+    close(got, before["merged_heads_masked"](q, k, v, padding, b, h, n, d), dtype, table)
+    assert len(npu) == 1 and got.shape == (b * h, n, d)
+    x1 = rand(n, h * d, dtype=dtype, seed=7)
+    npu.clear()
+    got = after["one_head"](x1, *weights, h * d)
+    close(got, before["one_head"](x1, *weights, h * d), dtype, table)
+    assert len(npu) == 1 and got.shape == (n, h * d)

@@ -27,6 +27,9 @@ load_table = lru_cache(maxsize=1)(_load_table)
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
 
+TABLES = (Path(__file__).parents[2] / "fixtures" / "rules" / "NPU310_rotary_tables" / "input.py").read_text() \
+    .replace("def rope(", "def f(")
+
 HALF = '''
 import torch
 
@@ -295,6 +298,16 @@ def interleaved_inputs():
     return randn(B, S, N, D), a.cos(), a.sin()
 
 
+def tables_2d_inputs():
+    cos, sin = half_tables(S)  # [S, D] tables for a [B, N, S, D] x: 11SD as they broadcast
+    return randn(B, N, S, D), cos, sin
+
+
+def tables_3d_inputs():
+    cos, sin = half_tables(S, 1)  # [S, 1, D] tables for a [B, S, N, D] x: 1S1D as they broadcast
+    return randn(B, S, N, D), cos, sin
+
+
 def litgpt_inputs():
     cos, sin = half_tables(B, S)  # (B, T, head_size): apply_rope views them to (B, 1, T, head_size)
     return randn(B, N, S, D), cos, sin
@@ -314,6 +327,9 @@ CASES = {
     "negated-rotation": (FLIPPED, "half", llama_inputs),
     "roformer-reshape-as": (ROFORMER, "interleave", interleaved_inputs),
     "einops-rearrange-pairs": (EINOPS, "interleave", interleaved_inputs),
+    # fewer-dim tables: rotary_fits once refused them (never fused although counted as rewritten)
+    "tables-2d": (TABLES, "half", tables_2d_inputs),
+    "tables-3d": (TABLES, "half", tables_3d_inputs),
 }
 
 
