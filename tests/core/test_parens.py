@@ -11,9 +11,10 @@ allows it):
 * operand source pasted into a template's text: the migration runs again with every pasted text
   replaced by a low-precedence expression around it; each must land whole in the output.
 
-The migrated code must also run: snippets whose operands are such expressions, and the fixtures
-with every pasted operand rewritten ``x if True else x``, are executed against their originals on
-the emulated NPU (``test_low_precedence_operands_run_like_the_original``).
+The migrated code must also run: the fused rules' emulator tests (tests/rules/test_*_rules.py, the
+"low precedence" spelling of tests/rules/emulated.py) execute their cases again with every pasted
+operand ``x if True else x`` against the originals, and fixture NPU302_eager_scaled_query holds the
+issue's ``torch.matmul(q / math.sqrt(d), ...)``, executed in tests/rules/test_attention_rules.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-import torch
 
 from npu_migrate.migrate import parens
 from npu_migrate.migrate.apply import Apply, _codes
@@ -58,7 +58,7 @@ LOW = {
 }
 
 
-def _migrate_recording(path: Path, engine, monkeypatch=None):
+def _migrate_recording(path: Path, engine):
     """The engine's result for ``path`` and the sites it applied."""
     applied = []
     real = Apply.__init__
