@@ -119,9 +119,9 @@ class Cache:
         self.directory = Path(directory) / f"v{VERSION}"
         self.salt = salt_
 
-    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
+    def key(self, path: str, digest: str, context: str = "") -> str:
         """``context``: what else decides this file's result (its per-file ignores, first-party names)."""
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}\0{context}".encode(
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{context}".encode(
             "utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:
