@@ -1,7 +1,8 @@
 """Rewriting whole-string literals that name a device (``"cuda:0"``) or a backend (``"nccl"``).
 
 A string is only touched where the code uses it as such: a keyword argument with a known name
-(``device=``, ``backend=``), the first argument of a known function, a value assigned to or
+(``device=``, ``backend=``) or a name the rule's ``keyword_hint`` accepts (configuration objects:
+``ddp_backend=``, ``device_map=``), the first argument of a known function, a value assigned to or
 compared with a variable named like one (``device``, ``args.backend``), a parameter default, or a
 ternary whose two branches are both such strings (``"cuda" if ... else "cpu"``). Strings inside
 larger text (log messages, paths) never match because the whole value must match.
@@ -82,6 +83,7 @@ class LiteralRule(TorchScoped):
     kin: ClassVar[Pattern]  # a literal of the same kind (for "both ternary branches" detection)
     words: ClassVar[Dict[str, str]]  # substring replacements inside a matching literal
     keywords: ClassVar[FrozenSet[str]]  # keyword arguments (and dict keys) that take such a literal
+    keyword_hint: ClassVar[Optional[Pattern]] = None  # or whose name matches this (``ddp_backend``)
     first_arg_of: ClassVar[FrozenSet[str]]  # functions whose first positional argument takes one
     hint: ClassVar[Pattern]  # a variable whose (lower-case) name matches this holds such a literal
     not_hint: ClassVar[Optional[Pattern]] = None  # a name matching this holds another kind of string
@@ -91,6 +93,12 @@ class LiteralRule(TorchScoped):
         self._seen: Set[int] = set()
         imports_torch = any(q.split(".")[0] == "torch" for names in ctx.names.imports.values() for q in names)
         self._imports = (TORCH_NPU,) if imports_torch else ()
+
+    def takes_literal(self, keyword: Optional[str]) -> bool:
+        """A keyword argument or dict key named ``keyword`` takes such a literal."""
+        if not keyword or self.other_kind(keyword):
+            return False
+        return keyword in self.keywords or (self.keyword_hint is not None and self.keyword_hint.search(keyword.lower()) is not None)
 
     def takes_first_arg(self, call: cst.Call) -> bool:
         return dotted(call.func) is not None and self.qualified_name(call.func) in self.first_arg_of
@@ -139,7 +147,7 @@ class LiteralRule(TorchScoped):
         for arg in node.args:
             if arg.keyword is not None and self.other_kind(arg.keyword.value):
                 self.leave_alone(arg.value)
-            elif arg.keyword is not None and arg.keyword.value in self.keywords:
+            elif arg.keyword is not None and self.takes_literal(arg.keyword.value):
                 self.fix(arg.value)
         if positional and self.takes_first_arg(node):
             self.fix(positional[0].value)
@@ -152,7 +160,7 @@ class LiteralRule(TorchScoped):
                     self.fix(arg.value)
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
-        if string_value(node.key) in self.keywords:
+        if self.takes_literal(string_value(node.key)):
             self.fix(node.value)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
