@@ -44,7 +44,7 @@ class DeviceString(CudaOnlyGuards, LiteralRule):
     })
     # functions transfer_to_npu wraps whose every positional device string it maps (facts §5)
     every_arg_of = frozenset(f"torch.cuda.{name}" for name in (
-        "get_device_properties", "get_device_name", "get_device_capability", "list_gpu_processes", "set_device",
+        "get_device_properties", "get_device_name", "get_device_capability", "set_device",
         "synchronize", "mem_get_info", "memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated",
         "reset_max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_max_memory_cached",
         "reset_peak_memory_stats", "default_stream", "can_device_access_peer", "current_stream", "utilization",
