@@ -5,7 +5,10 @@ A string is only touched where the code uses it as such: a keyword argument with
 ``ddp_backend=``, ``device_map=``), the first argument of a known function, a value assigned to or
 compared with a variable named like one (``device``, ``args.backend``), a parameter default, or a
 ternary whose two branches are both such strings (``"cuda" if ... else "cpu"``). Strings inside
-larger text (log messages, paths) never match because the whole value must match.
+larger text (log messages, paths) never match because the whole value must match. A rule with an
+``unplaced`` record reports every other whole-string match of a torch file (a dict key, a value
+compared with an unknown name): the vendor's static tool rewrites those too, this one keeps them,
+so they are listed rather than silent.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._scope import TorchScoped
+from npu_migrate.migrate.rules._scope import PACKAGE, TORCH, TorchScoped
 from npu_migrate.migrate.rules._syntax import code
-from npu_migrate.migrate.rules._table import TORCH_NPU, dotted
+from npu_migrate.migrate.rules._table import TORCH_NPU, dotted, plan_of
+
+
+MESSAGE_CALLS = frozenset({"print", "log", "debug", "info", "warning", "warn", "error", "exception", "critical",
+                           "warning_once", "info_once", "write"})
 
 
 def string_value(node: cst.CSTNode) -> Optional[str]:
@@ -47,6 +54,9 @@ def literal_sites(expr: cst.CSTNode, pattern: Pattern) -> Iterator[cst.CSTNode]:
     elif isinstance(expr, cst.IfExp):
         yield from literal_sites(expr.body, pattern)
         yield from literal_sites(expr.orelse, pattern)
+    elif isinstance(expr, cst.BooleanOperation):  # ``get_accelerator() or "cuda"``
+        yield from literal_sites(expr.left, pattern)
+        yield from literal_sites(expr.right, pattern)
     elif isinstance(expr, cst.Dict):
         for element in expr.elements:
             if isinstance(element, cst.DictElement):
@@ -87,6 +97,7 @@ class LiteralRule(TorchScoped):
     first_arg_of: ClassVar[FrozenSet[str]]  # functions whose first positional argument takes one
     hint: ClassVar[Pattern]  # a variable whose (lower-case) name matches this holds such a literal
     not_hint: ClassVar[Optional[Pattern]] = None  # a name matching this holds another kind of string
+    unplaced: ClassVar[Optional[str]] = None  # the record (plan) of matches kept elsewhere; None: not reported
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -140,6 +151,30 @@ class LiteralRule(TorchScoped):
             replaced = replace_words(site, self.words)
             self.scoped_replace(site, replaced, f"{code(site)} → {code(replaced)}", target=string_value(replaced),
                                 imports=self._imports)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        """Report the matches no position took (``unplaced``), in torch files, but docstrings and the
+        strings that ``keep`` says must stay (a test guarding CUDA-only code: NPU207 reports it)."""
+        if self.unplaced is None or self.scope not in (TORCH, PACKAGE):
+            return
+        parents = self.ctx.tree.parents()
+        for site in self.ctx.tree.of_type(original_node, cst.SimpleString, cst.FormattedString):
+            value = string_value(site)
+            if value is None or not self.pattern.fullmatch(value) or id(site) in self._seen or self.keep(site):
+                continue
+            if isinstance(parents.get(id(site)), (cst.Expr, cst.ConcatenatedString)) or self._message(site, parents):
+                continue
+            why = f"{code(site)} kept: not where this code names its {self.unplaced_what}"
+            self.report(site, why, fallback=plan_of(self.ctx.table, self.unplaced, why), api=self.unplaced)
+
+    unplaced_what: ClassVar[str] = "device"
+
+    @staticmethod
+    def _message(site: cst.CSTNode, parents) -> bool:
+        """An argument of a call that prints or logs (``logging.info("cuda")``): text, not a value."""
+        arg = parents.get(id(site))
+        call = parents.get(id(arg)) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and (last_identifier(call.func) or "") in MESSAGE_CALLS
 
     # -- positions ------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

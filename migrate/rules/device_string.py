@@ -10,7 +10,9 @@ device (``device_map="cuda"``, ``eval_device="cuda:1"``: a keyword whose name sa
 Left as they are: a comparison that guards CUDA-only code (``if x.device.type == "cuda": <Triton>``,
 ``if device_type != "cuda": use_fp8 = False``: NPU207 reports it), the strings of a Lightning
 accelerator (``accelerator="cuda"``: NPU208 reports it; Lightning has no "npu" accelerator), and
-files that do not use torch (``_scope``).
+files that do not use torch (``_scope``). Any other ``"cuda"`` of a torch file (a dict key, a value
+compared with an unknown name) is kept and reported (``unplaced``): the vendor's static tool would
+rewrite it, but such a string often names CUDA itself (a per-device registry, a checkpoint key).
 """
 
 import re
@@ -51,6 +53,7 @@ class DeviceString(CudaOnlyGuards, LiteralRule):
         "set_per_process_memory_fraction", "caching_allocator_alloc", "get_rng_state", "set_rng_state", "device",
         "random.get_rng_state", "random.set_rng_state"))
     keyword_hint = re.compile(r"device")
+    unplaced = "pattern.device.unplaced_string"
     hint = re.compile(r"device|^dev$|_dev$")
     not_hint = re.compile(r"accelerator")
 

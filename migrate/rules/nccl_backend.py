@@ -2,7 +2,8 @@
 ``"cpu:gloo,cuda:nccl"`` and in comparisons with ``get_backend()``), in configuration objects too
 (``TrainingArguments(ddp_backend="nccl")``, ``DDPStrategy(process_group_backend="nccl")``: any
 keyword or dict key whose name says "backend"), ``is_nccl_available`` and ``Backend.NCCL``
-(op-table renames)."""
+(op-table renames). Any other ``"nccl"`` string of a torch file (a list of accepted names, a dict
+key) is kept and reported."""
 
 import re
 
@@ -26,5 +27,7 @@ class NcclBackend(TableNameRule, LiteralRule):
     words = {"nccl": "hccl", "NCCL": "HCCL", "cuda": "npu"}
     keywords = frozenset({"backend"})
     keyword_hint = re.compile(r"backend")
+    unplaced = "pattern.backend.unplaced_string"
+    unplaced_what = "collective backend"
     first_arg_of = frozenset({"torch.distributed.init_process_group", "torch.distributed.Backend"})
     hint = re.compile(r"backend")
