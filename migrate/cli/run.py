@@ -44,7 +44,7 @@ def run_command(
     force: bool = typer.Option(False, "--force", help="Allow --in-place outside git or on uncommitted changes; keeps <file>.orig backups."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Where changes.patch and report.json/.md/.sarif/.html go (default: ./npu-migrate-report, or <PATH>-npu-report when the current directory is inside PATH); never inside PATH."),
     opmap: List[Path] = typer.Option([], "--opmap", help="Extra op-table YAML file (repeatable); overrides built-in records."),
-    select: Optional[str] = typer.Option(None, "--select", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed."),
+    select: Optional[str] = typer.Option(None, "--select", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed. NPU4xx notes (the vendor's advice) are opt-in: name them (NPU4)."),
     ignore: Optional[str] = typer.Option(None, "--ignore", callback=check_codes, help="Skip these codes, comma-separated; prefixes allowed."),
     no_fused: bool = typer.Option(False, "--no-fused", help="Device rewrites only: no fused-kernel rewrite (same as --ignore NPU3)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes to use (default: all cores)."),
