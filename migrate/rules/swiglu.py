@@ -32,6 +32,7 @@ from npu_migrate.migrate.defuse import read
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
@@ -270,7 +271,7 @@ class SwiGlu(Rule):
             return made
         text, holes, what = made
         act = self._act(m)
-        guard = f"{HELPER}.is_glu({code(act.node) if not isinstance(act, str) else act}) and {{flag}}"
+        guard = f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act}) and {{flag}}"
         edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
                       [template(f"{target} = {text}\n", **holes)], at_entry=True,
                       unit=self.ctx.indentation(outer)[1])
@@ -424,6 +425,6 @@ def _operand(view, value, block, feeders, here, product, parents, moved=()) -> O
     if named:
         return named[0], None
     if value.op == "attr" and value.input is not None and value.input.op == "param" and node is not None:
-        return code(node), None
+        return atom(code(node)), None
     return None
 
