@@ -12,7 +12,7 @@ file, then rename), so concurrent runs and workers never see half an entry. Resu
 the machine's load (time-budget errors) and worker crashes are never stored.
 
 A cache directory that another user owns or can write is not used at all (``unsafe``).
-Layout: ``<cache-dir>/v1/<key[:2]>/<key>.json``. The default directory is
+Layout: ``<cache-dir>/v<VERSION>/<key[:2]>/<key>.json``. The default directory is
 ``$NPU_MIGRATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/npu-migrate``, else ``~/.cache/npu-migrate``.
 """
 
@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from npu_migrate.migrate import __version__, diagnostics
-from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, FileResult, Finding
+from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSES, FileResult, Finding, Requirement
 from npu_migrate.opmap import Fallback
 
 FORMAT = "npu-migrate-cache"
-VERSION = 1
+VERSION = 2  # 2: a result's file kind and declared requirements
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding migrate/, opmap/, kernels/
 UNCACHED = {diagnostics.TIMED_OUT, diagnostics.WORKER_DIED, diagnostics.READ_ERROR, diagnostics.TOO_LARGE}
 
@@ -96,6 +96,17 @@ def _finding(data) -> Optional[Finding]:
                    fallback=fallback, path=data["path"], line=data["line"], col=data["col"])
 
 
+def _requirement(data) -> Optional[Requirement]:
+    if not (isinstance(data, dict) and set(data) == {"name", "spec", "line", "status", "group", "replacement"}):
+        return None
+    if not all(isinstance(data[k], str) for k in ("name", "spec", "status", "group")) \
+            or data["status"] not in PACKAGE_STATUSES or not _optional(data["replacement"], str):
+        return None
+    if not isinstance(data["line"], int) or isinstance(data["line"], bool):
+        return None
+    return Requirement(**data)
+
+
 def unsafe(directory: Path) -> Optional[str]:
     """Why ``directory`` must not be used as a cache (None when it may): it is created private
     (0700); one owned by another user or writable by others could be fed entries by them."""
@@ -116,8 +127,11 @@ class Cache:
         self.directory = Path(directory) / f"v{VERSION}"
         self.salt = salt_
 
-    def key(self, path: str, digest: str, in_package: bool) -> str:
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}".encode("utf-8", "surrogateescape")
+    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
+        """``context``: anything else the file's result depends on (a dependency file: the repository
+        facts, ``migrate.files.base.Facts.key``)."""
+        extra = f"\0{context}" if context else ""
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}{extra}".encode("utf-8", "surrogateescape")
                               ).hexdigest()
 
     def _entry(self, key: str) -> Path:
@@ -142,7 +156,8 @@ class Cache:
             return
         body = {"path": result.path, "status": result.status, "error": result.error, "migrated": result.migrated,
                 "diff": result.diff, "helpers": list(result.helpers), "digest": result.digest,
-                "findings": [_finding_json(f) for f in result.findings]}
+                "findings": [_finding_json(f) for f in result.findings], "kind": result.kind,
+                "requirements": [r.to_json() for r in result.requirements]}
         entry = {"format": FORMAT, "version": VERSION, "key": key, "checksum": _checksum(body), "result": body}
         target = self._entry(key)
         try:
@@ -172,6 +187,12 @@ def _result(body: dict, data: bytes) -> Optional[FileResult]:
     findings = [_finding(f) for f in body["findings"]]
     if any(f is None for f in findings):
         return None
+    kind, requirements = body.get("kind"), body.get("requirements")
+    if not isinstance(kind, str) or not isinstance(requirements, list):
+        return None
+    requirements = [_requirement(r) for r in requirements]
+    if any(r is None for r in requirements):
+        return None
     original, diff = None, body.get("diff")
     if status == "changed":
         if not (isinstance(migrated, str) and isinstance(diff, str)):
@@ -183,4 +204,4 @@ def _result(body: dict, data: bytes) -> Optional[FileResult]:
     elif migrated is not None or diff is not None:
         return None
     return FileResult(body["path"], status, findings, error=body.get("error"), original=original, migrated=migrated,
-                      helpers=helpers, digest=body["digest"], diff=diff)
+                      helpers=helpers, digest=body["digest"], diff=diff, kind=kind, requirements=requirements)

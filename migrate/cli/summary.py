@@ -20,11 +20,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _scanned(s: dict) -> str:
+    """'12 Python files' or '12 Python files and 3 dependency/launcher files'."""
+    kinds = s.get("files_by_kind") or {"python": s["files_scanned"]}
+    python = kinds.get("python", 0)
+    declared = s["files_scanned"] - python
+    return f"{python} Python files" + (f" and {declared} dependency/launcher files" if declared else "")
+
+
 def summary_line(report: dict) -> None:
     s = report["summary"]
     safety = s["rewrites_by_safety"]
     console.print(
-        f"{s['files_scanned']} Python files scanned ({_plural(s['files_other'], 'other file')}, "
+        f"{_scanned(s)} scanned ({_plural(s['files_other'], 'other file')}, "
         f"{s.get('files_excluded', 0)} excluded): "
         f"{s['files_changed']} changed, {s['files_unchanged']} unchanged, "
         f"{s['files_skipped']} skipped (nothing to migrate), {s['files_errored']} with errors; "

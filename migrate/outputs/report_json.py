@@ -1,4 +1,5 @@
-"""``report.json`` (schema_version 2): the summary, one entry per Python file, one per finding.
+"""``report.json`` (schema_version 3): the summary, one entry per file scanned (Python, dependency or
+launcher file, its ``kind``), one per finding, and the dependencies and environment section.
 
 The dict built here is the one source of every count and site that a run shows: report.md,
 report.sarif, report.html and the CLI's summary line are all rendered from it.
@@ -10,7 +11,11 @@ and ``fallback: null``. ``safety`` says how far a rewrite can be trusted without
 ``snippet`` is the site's source line (stripped; null where there is none, e.g. a file error).
 
 Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and the summary keys
-``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``.
+``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``. 3 added dependency and launcher
+files (``files`` entries carry their ``kind``; the ``files_*`` counts cover every kind, broken down by
+``files_by_kind``), the ``dependencies`` section (``packages``: the compatibility matrix;
+``environment``: the launcher settings found) and its summary counts ``packages_declared``,
+``packages_by_status`` and ``environment_sites``.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, List, Optional
 
 from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import SAFETIES
+from npu_migrate.migrate.findings import PYTHON, SAFETIES
+from npu_migrate.migrate.outputs.dependencies import build as build_dependencies
+from npu_migrate.migrate.outputs.dependencies import summarize as dependency_counts
 
 if TYPE_CHECKING:
     from npu_migrate.migrate.findings import FileResult
     from npu_migrate.migrate.runner import RunResult
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINDING_KEYS = ("code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet")
 
 
@@ -35,7 +42,8 @@ def is_site(finding: dict) -> bool:
     return finding["code"] not in diagnostics.TOOL_CODES
 
 
-def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0) -> dict:
+def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0,
+              dependencies: Optional[dict] = None) -> dict:
     statuses = Counter(f["status"] for f in files)
     actions = Counter(f["action"] for f in findings if is_site(f))
     safeties = Counter(f["safety"] for f in findings if f["safety"])
@@ -52,6 +60,8 @@ def summarize(files: List[dict], findings: List[dict], other_files: int, exclude
         "sites_suppressed": actions["suppressed"],
         "rewrites_by_safety": {safety: safeties[safety] for safety in SAFETIES},
         "by_code": dict(sorted(Counter(f["code"] for f in findings).items())),
+        "files_by_kind": dict(sorted(Counter(f.get("kind", PYTHON) for f in files).items())),
+        **dependency_counts(dependencies or {"packages": [], "environment": []}),
     }
 
 
@@ -81,13 +91,15 @@ def _findings(run: "RunResult") -> List[dict]:
 
 
 def build(run: "RunResult") -> dict:
-    files = [{"path": r.path, "status": r.status, "error": r.error} for r in run.files]
+    files = [{"path": r.path, "status": r.status, "error": r.error, "kind": r.kind} for r in run.files]
     findings = _findings(run)
+    dependencies = build_dependencies(run, findings)
     return {
         "schema_version": SCHEMA_VERSION,
-        "summary": summarize(files, findings, len(run.copied), len(run.excluded)),
+        "summary": summarize(files, findings, len(run.copied), len(run.excluded), dependencies),
         "files": files,
         "findings": findings,
+        "dependencies": dependencies,
         "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
         "written": _written(run),
     }

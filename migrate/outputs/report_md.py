@@ -1,9 +1,10 @@
 """``report.md``: the run as a pull-request description a reviewer reads top to bottom.
 
 Rendered from the report.json dict: the summary table (the same counts), the codes seen with their
-one-line meaning, the rewritten sites per file with their fix safety, "Needs attention" (every
-site that was not migrated, with its fallback plan, and the file errors), then the sites kept as
-they are by ``# npu-migrate: ignore[...]`` comments.
+one-line meaning, "Dependencies and environment" (the compatibility matrix of the declared packages
+and the launcher settings found), the rewritten sites per file with their fix safety, "Needs
+attention" (every site that was not migrated, with its fallback plan, and the file errors), then
+the sites kept as they are by ``# npu-migrate: ignore[...]`` comments.
 """
 
 from __future__ import annotations
@@ -34,11 +35,50 @@ def _safety(f: dict) -> str:
     return f" — {SAFETY_NOTE[f['safety']]}" if f["safety"] in SAFETY_NOTE else ""
 
 
+STATUS_NOTE = {"compatible": "compatible", "replace": "replace", "unsupported": "unsupported",
+               "unlisted": "not in the package table"}
+
+
+def _dependency_rows(s: dict) -> List[str]:
+    """The summary rows of the dependency and launcher files (absent from a schema-2 report)."""
+    if "packages_by_status" not in s:
+        return []
+    kinds = s.get("files_by_kind", {})
+    rows = [f"| Dependency and launcher files scanned | {s['files_scanned'] - kinds.get('python', 0)} |",
+            f"| Packages declared | {s['packages_declared']} |"]
+    rows += [f"| … {STATUS_NOTE[status]} | {n} |" for status, n in s["packages_by_status"].items()]
+    rows.append(f"| Launcher settings found (environment, GPU counts, images) | {s['environment_sites']} |")
+    return rows
+
+
+def dependencies_section(report: dict) -> List[str]:
+    """"Dependencies and environment": the package matrix and the launcher settings."""
+    section = report.get("dependencies") or {}
+    packages, environment = section.get("packages", []), section.get("environment", [])
+    if not (packages or environment):
+        return []
+    out = ["## Dependencies and environment", ""]
+    if packages:
+        out += ["| Package | Status | Declared in | Replacement | Codes |", "|---|---|---|---|---|"]
+        for row in packages:
+            where = "<br>".join(_cell(f"`{d['path']}:{d['line']}` `{d['spec']}`") for d in row["declared"])
+            out.append(f"| `{row['name']}` | {STATUS_NOTE[row['status']]} | {where} | {_cell(row['replacement'])} "
+                       f"| {', '.join(row['codes'])} |")
+        out.append("")
+    if environment:
+        out += ["| Setting | Where | Action | Becomes | Code |", "|---|---|---|---|---|"]
+        out += [f"| `{_cell(e['name'])}` | `{e['path']}:{e['line']}` | {e['action']} | "
+                f"{_cell('`' + e['target'] + '`' if e['target'] else '')} | {e['code']} |" for e in environment]
+        out.append("")
+    return out
+
+
 def _summary_table(s: dict) -> List[str]:
     safety = s["rewrites_by_safety"]
     return [
         "| | |", "|---|---:|",
-        f"| Python files scanned | {s['files_scanned']} |",
+        f"| Python files scanned | {s.get('files_by_kind', {}).get('python', s['files_scanned'])} |",
+        *_dependency_rows(s),
         f"| Files changed | {s['files_changed']} |",
         f"| Files unchanged | {s['files_unchanged']} |",
         f"| Files skipped (nothing to migrate) | {s['files_skipped']} |",
@@ -66,6 +106,7 @@ def render(report: dict) -> str:
         out += [f"| {code} | {n} | {_cell(codes[code].summary if code in codes else '')} |"
                 for code, n in s["by_code"].items()]
         out.append("")
+    out += dependencies_section(report)
 
     rewritten = _by_action(findings, "rewritten")
     if rewritten:

@@ -1,0 +1,128 @@
+"""What a launcher's CUDA/NCCL settings become, decided by the op table's environment records
+(``opmap/environment.yaml``), whatever file kind found them.
+
+A ``Launcher`` collects one file's sites and decides them together in ``finish``: a variable
+with a ``rename`` record is renamed at every assignment and reference when every assignment in
+the file has a value the record admits (or is set at run time and the record renames those too);
+otherwise all of them are reported, so that a script never reads a name it no longer sets. A
+variable with a ``report`` record, a command used in a way the record cannot rename, a GPU count
+and a CUDA base image are reported with the record's plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from npu_migrate.migrate.files.base import Scan, TextEdit
+from npu_migrate.migrate.files.declared import Declared
+from npu_migrate.migrate.files.packages import check_index, check_packages
+from npu_migrate.opmap import EnvironmentRecord
+
+
+@dataclass(frozen=True)
+class Use:
+    """One place a variable's name occurs: an assignment (``value`` is its literal value, or None
+    when set at run time) or a reference."""
+
+    name: str
+    start: int  # offsets of the name
+    end: int
+    assigned: bool
+    value: Optional[str] = None
+
+
+class Launcher:
+    def __init__(self, scan: Scan) -> None:
+        self.scan = scan
+        self.uses: List[Use] = []
+        self.packages: List[Declared] = []
+
+    # -- collecting -------------------------------------------------------------------------------
+    def assign(self, name: str, start: int, value: Optional[str]) -> None:
+        self.uses.append(Use(name, start, start + len(name), True, value))
+
+    def refer(self, name: str, start: int) -> None:
+        self.uses.append(Use(name, start, start + len(name), False))
+
+    def command(self, name: str, start: int, end: int, informational: bool, why: str) -> None:
+        """A command (``nvidia-smi``) at ``text[start:end]``; renamed only when ``informational``."""
+        record = self.scan.table.environment("command", name)
+        if record is None:
+            return
+        if record.status == "rename" and informational:
+            self.scan.rewrite(start, record.code, f"{name} → {record.target} (its output is only shown)",
+                              [TextEdit(start, end, record.target)], target=record.target, api=name)
+        else:
+            self.scan.report(start, record.code, f"{name} {why}: not renamed to {record.target or 'an NPU command'}",
+                             record.fallback, api=name)
+
+    def device_count(self, how: str, at: int, seen: str) -> None:
+        record = self.scan.table.environment("device-count", how)
+        if record is not None:
+            self.scan.report(at, record.code, f"{seen}: {record.reason}", record.fallback, api=how)
+
+    def image(self, image: str, at: int, via: str = "") -> None:
+        record = self.scan.table.environment("image", image.lower())
+        if record is not None:
+            self.scan.report(at, record.code, f"base image {image}{via}: {record.reason}", record.fallback, api=image)
+
+    def package(self, item: Optional[Declared]) -> None:
+        if item is not None:
+            self.packages.append(item)
+
+    def index(self, url: str, at: int) -> None:
+        check_index(self.scan, url, at)
+
+    # -- deciding ---------------------------------------------------------------------------------
+    def finish(self) -> None:
+        by_name: Dict[str, List[Use]] = {}
+        for use in self.uses:
+            by_name.setdefault(use.name, []).append(use)
+        for name, uses in by_name.items():
+            record = self.scan.table.environment("variable", name)
+            if record is not None:
+                self._variable(record, name, uses)
+        if self.packages:
+            check_packages(self.scan, self.packages)
+
+    def _variable(self, record: EnvironmentRecord, name: str, uses: List[Use]) -> None:
+        assignments = [u for u in uses if u.assigned]
+        refused = [u for u in assignments if not self._exact(record, u)]
+        if record.status == "rename" and not refused:
+            for use in uses:
+                how = _how(use, record)
+                self.scan.rewrite(use.start, record.code, f"{name} → {record.target}{how}",
+                                  [TextEdit(use.start, use.end, record.target)], target=record.target, api=name)
+            return
+        reported_lines = set()
+        for use in uses:
+            line = self.scan.line(use.start)
+            if line in reported_lines:
+                continue
+            reported_lines.add(line)
+            self.scan.report(use.start, record.code, self._why(record, name, use, refused), record.fallback, api=name)
+
+    def _exact(self, record: EnvironmentRecord, use: Use) -> bool:
+        if use.value is None:
+            return record.dynamic
+        return record.values.admits(use.value)
+
+    def _why(self, record: EnvironmentRecord, name: str, use: Use, refused: List[Use]) -> str:
+        if record.status != "rename":
+            return f"{name}: {record.reason}"
+        if use in refused:
+            value = "set at run time" if use.value is None else f"value {use.value!r}"
+            return (f"{name} not renamed to {record.target}: {value} is not one the rename is exact for "
+                    f"({record.values.described}): {record.reason}")
+        first = self.scan.line(refused[0].start)
+        return f"{name} not renamed to {record.target}: kept like its assignment on line {first}, which is not renamed"
+
+
+def _how(use: Use, record: EnvironmentRecord) -> str:
+    if not use.assigned:
+        return ""
+    if use.value is None:
+        return f" (value set at run time: {record.target} takes {record.values.described})" \
+            if record.values.kind != "any" else ""
+    return ""
