@@ -41,12 +41,12 @@ class Sections:
         return len(self.records) + len(self.packages) + len(self.indexes) + len(self.environment)
 
 
-# section -> (parse one record, its key, how the key is shown in an error)
+# section -> (parse one record, its key, what the key is called in an error)
 _SECTIONS: Dict[str, tuple] = {
     "records": (parse_record, lambda r: r.api, "api"),
-    "packages": (parse_package, lambda r: r.key, "package"),
+    "packages": (parse_package, lambda r: r.package + (f"+{r.local}" if r.local else ""), "package"),
     "indexes": (parse_index, lambda r: r.index, "index"),
-    "environment": (parse_environment, lambda r: r.key, "environment record"),
+    "environment": (parse_environment, lambda r: f"{r.kind} {r.name}", "environment record"),
 }
 
 

@@ -13,7 +13,7 @@ import shlex
 from typing import List, Optional
 
 from npu_migrate.migrate.files.base import TextEdit
-from npu_migrate.migrate.files.declared import conda_spec, declared
+from npu_migrate.migrate.files.declared import conda_spec, declared, from_url
 from npu_migrate.migrate.files.environment import Launcher
 from npu_migrate.migrate.files.shell_words import ASSIGNMENT, Command, Shell, Word
 
@@ -24,7 +24,7 @@ NVIDIA_SMI = "nvidia-smi"
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(=(?P<value>.*))?$")
 _SLURM_GPU = re.compile(r"^(--gres=(\S*,)?gpu\b|--gpus(-per-[a-z]+)?(=|$)|-G\d*$|--gpus-per-node|--gpus-per-task|"
                         r"--mem-per-gpu|--cpus-per-gpu|--gpu-bind|--gpu-freq)")
-_PIP_VALUE_OPTIONS = {"-r", "--requirement", "-c", "--constraint", "-t", "--target", "--prefix", "--root", "--src",
+_PIP_VALUE_OPTIONS = {"-e", "--editable", "-r", "--requirement", "-c", "--constraint", "-t", "--target", "--prefix", "--root", "--src",
                       "--upgrade-strategy", "--trusted-host", "--cache-dir", "--platform", "--python-version",
                       "--implementation", "--abi", "--progress-bar", "--log", "--config-settings", "-C",
                       "--global-option", "--no-binary", "--only-binary"}
@@ -84,30 +84,33 @@ def _command(launcher: Launcher, command: Command, group: str, counted: bool = F
         if k >= len(words):
             return
         head = words[k].value
-    _nvidia_smi(launcher, command, k, counted)
+    _tools(launcher, command, k, counted)
     _gpu_counts(launcher, words[k:])
     _installs(launcher, words[k:], group)
 
 
-def _nvidia_smi(launcher: Launcher, command: Command, k: int, counted: bool) -> None:
-    """``counted``: its output is piped into a line count (``| wc -l``)."""
+def _tools(launcher: Launcher, command: Command, k: int, counted: bool) -> None:
+    """Every word of the command that names a tool of the environment table (``nvidia-smi``,
+    ``nvcc``, ...); ``counted``: its output is piped into a line count (``| wc -l``)."""
     words = command.words
     for i, word in enumerate(words):
-        if word.value != NVIDIA_SMI:
+        name = word.value
+        if not name or launcher.scan.table.environment("command", name) is None:
             continue
         args = [w.value or w.raw for w in words[i + 1:]]
-        if (command.captured or command.piped_out) and (counted or any(a.startswith("--query-gpu=count") for a in args)):
+        if name == NVIDIA_SMI and (command.captured or command.piped_out) \
+                and (counted or any(a.startswith("--query-gpu=count") for a in args)):
             launcher.device_count("nvidia-smi", word.start, f"{NVIDIA_SMI} {' '.join(args)}".strip())
         elif command.captured or command.piped_out:
-            launcher.command(NVIDIA_SMI, word.start, word.end, False, "whose output is read by the script")
+            launcher.command(name, word.start, word.end, False, "whose output is read by the script")
         elif command.argv:
-            launcher.command(NVIDIA_SMI, word.start, word.end, False, "as an argument of an exec-form (JSON) command")
+            launcher.command(name, word.start, word.end, False, "as an argument of an exec-form (JSON) command")
         elif i != k:
-            launcher.command(NVIDIA_SMI, word.start, word.end, False, "run by another command")
+            launcher.command(name, word.start, word.end, False, "run by another command")
         elif args:
-            launcher.command(NVIDIA_SMI, word.start, word.end, False, f"with options ({' '.join(args)})")
+            launcher.command(name, word.start, word.end, False, f"with options ({' '.join(args)})")
         else:
-            launcher.command(NVIDIA_SMI, word.start, word.end, True, "")
+            launcher.command(name, word.start, word.end, True, "")
 
 
 def _gpu_counts(launcher: Launcher, words: List[Word]) -> None:
@@ -176,10 +179,8 @@ def _pip(launcher: Launcher, args: List[Word], group: str) -> None:
         if value.startswith("-"):
             skip = option in _PIP_VALUE_OPTIONS and not inline
             continue
-        if "://" in value:
-            launcher.index(value, word.start)
         sibling = None if replaces_index else _after(word)
-        launcher.package(declared(value, word.start, group, sibling))
+        launcher.package(declared(value, word.start, group, sibling) or from_url(value, word.start, group))
 
 
 def _after(word: Word):

@@ -66,6 +66,24 @@ def declared(text: str, at: int, group: str, sibling=None, hashed: bool = False)
                     requirement.url)
 
 
+_EGG = re.compile(r"[#&]egg=(?P<egg>[A-Za-z0-9_.-]+)")
+_REPO = re.compile(r"/(?P<repo>[A-Za-z0-9_.-]+?)(\.git)?(@[^/#]*)?(#.*)?$")
+
+
+def from_url(url: str, at: int, group: str) -> Optional[Declared]:
+    """A requirement given as a bare URL (``git+https://github.com/org/repo.git@ref#egg=name``, a
+    wheel URL): its name from ``#egg=``, else the wheel's or the repository's name."""
+    text = url.strip()
+    if "://" not in text:
+        return None
+    wheel = re.search(r"/(?P<name>[A-Za-z0-9_.]+)-[0-9][^/]*\.(whl|tar\.gz|zip)$", text)
+    egg, repo = _EGG.search(text), _REPO.search(text)
+    name = wheel.group("name") if wheel else egg.group("egg") if egg else repo.group("repo") if repo else None
+    if not name:
+        return None
+    return Declared(normalise(name), text, at, group, url=re.sub(r"^[a-z]+\+", "", text))
+
+
 _CONDA = re.compile(r"^(?:(?P<channel>[\w.-]+)::)?(?P<name>[A-Za-z0-9_.-]+)\s*(?P<rest>.*)$")
 
 

@@ -81,7 +81,7 @@ class Dockerfile(FileKind):
     def scan(self, scan: Scan) -> None:
         launcher = Launcher(scan)
         text = scan.text
-        args: Dict[str, str] = {}
+        args: Dict[str, Tuple[str, int]] = {}  # ARG name -> (default, offset of the default)
         for keyword, start, end in instructions(text):
             if keyword == "FROM":
                 self._from(launcher, text, start, end, args)
@@ -96,19 +96,24 @@ class Dockerfile(FileKind):
                     launcher.refer(expansion.name, expansion.start)
         launcher.finish()
 
-    def _from(self, launcher: Launcher, text: str, start: int, end: int, args: Dict[str, str]) -> None:
+    def _from(self, launcher: Launcher, text: str, start: int, end: int, args: Dict[str, Tuple[str, int]]) -> None:
+        """The base image; one given by an ARG is reported where the ARG names it."""
         words = [w for w in _words(text, start, end) if not w.raw.startswith("--")]
         if not words:
             return
         image = words[0].raw
-        resolved = _resolve(image, args)
-        via = f" (from {image})" if resolved != image else ""
-        launcher.image(resolved, words[0].start, via)
+        names = [m.group(1) for m in _REFERENCE.finditer(image)]
+        resolved = _resolve(image, {name: value for name, (value, _) in args.items()})
+        if len(names) == 1 and image.strip("${}") == names[0] and names[0] in args:
+            line = launcher.scan.line(start)
+            launcher.image(resolved, args[names[0]][1], f" (ARG {names[0]}, the base of FROM on line {line})")
+        else:
+            launcher.image(resolved, words[0].start, f" (from {image})" if resolved != image else "")
         for match in _REFERENCE.finditer(image):
             launcher.refer(match.group(1), words[0].start + match.start(1))
 
     def _settings(self, launcher: Launcher, keyword: str, text: str, start: int, end: int,
-                  args: Dict[str, str]) -> None:
+                  args: Dict[str, Tuple[str, int]]) -> None:
         shell = parse(text, start, end)
         words = [w for command in shell.commands for w in command.words]
         if keyword == "ENV" and words and "=" not in words[0].raw:  # legacy ENV NAME value
@@ -121,7 +126,7 @@ class Dockerfile(FileKind):
                 value = word.value[len(match.group(0)):] if word.value is not None else None
                 launcher.assign(match.group(1), word.start, value)
                 if keyword == "ARG" and value is not None:
-                    args[match.group(1)] = value
+                    args[match.group(1)] = (value, word.start + len(match.group(0)))
             elif keyword == "ARG" and ASSIGNMENT.match(word.raw + "="):
                 launcher.assign(word.raw, word.start, None)
         for expansion in shell.expansions:

@@ -37,6 +37,7 @@ class Launcher:
         self.scan = scan
         self.uses: List[Use] = []
         self.packages: List[Declared] = []
+        self._images = set()
 
     # -- collecting -------------------------------------------------------------------------------
     def assign(self, name: str, start: int, value: Optional[str]) -> None:
@@ -53,9 +54,11 @@ class Launcher:
         if record.status == "rename" and informational:
             self.scan.rewrite(start, record.code, f"{name} → {record.target} (its output is only shown)",
                               [TextEdit(start, end, record.target)], target=record.target, api=name)
+        elif record.status == "rename":
+            self.scan.report(start, record.code, f"{name} {why}: not renamed to {record.target}", record.fallback,
+                             api=name)
         else:
-            self.scan.report(start, record.code, f"{name} {why}: not renamed to {record.target or 'an NPU command'}",
-                             record.fallback, api=name)
+            self.scan.report(start, record.code, f"{name}: {record.reason}", record.fallback, api=name)
 
     def device_count(self, how: str, at: int, seen: str) -> None:
         record = self.scan.table.environment("device-count", how)
@@ -64,7 +67,8 @@ class Launcher:
 
     def image(self, image: str, at: int, via: str = "") -> None:
         record = self.scan.table.environment("image", image.lower())
-        if record is not None:
+        if record is not None and (image, at) not in self._images:
+            self._images.add((image, at))
             self.scan.report(at, record.code, f"base image {image}{via}: {record.reason}", record.fallback, api=image)
 
     def package(self, item: Optional[Declared]) -> None:

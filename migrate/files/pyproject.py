@@ -102,7 +102,8 @@ class Pyproject(FileKind):
     declares_packages = True
 
     def matches(self, path: str, head: bytes = b"") -> bool:
-        return path.rsplit("/", 1)[-1] == "pyproject.toml"
+        name = path.rsplit("/", 1)[-1]
+        return name.startswith("pyproject") and name.endswith(".toml")  # pyproject-<variant>.toml files too
 
     def problem(self, text: str) -> Optional[str]:
         if tomllib is None:

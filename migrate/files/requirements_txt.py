@@ -14,7 +14,7 @@ import re
 from typing import Iterator, List, Tuple
 
 from npu_migrate.migrate.files.base import FileKind, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, declared
+from npu_migrate.migrate.files.declared import Declared, declared, from_url
 from npu_migrate.migrate.files.packages import check_index, check_packages
 
 _NAME = re.compile(r"(?i)^(.*[-_.])?(requirements?|reqs?|constraints?)([-_.].*)?\.(txt|in)$")
@@ -78,14 +78,15 @@ class Requirements(FileKind):
                 if match and match.group("option") in _INDEX_OPTIONS and match.group("value"):
                     check_index(scan, match.group("value"), at)
                 elif match and match.group("option") in ("-e", "--editable") and match.group("value"):
-                    check_index(scan, match.group("value"), at)
+                    item = from_url(match.group("value"), at, "requirements")
+                    if item is not None:
+                        found.append(item)
                 continue
             options = _TRAILING_OPTIONS.search(line)
             requirement = line[:options.start()] if options else line
-            item = declared(requirement, at, "requirements", _sibling(scan.text, end), hashed="--hash" in line)
-            if item is None:
-                check_index(scan, requirement, at)  # a bare URL or path: a CUDA wheel URL is still caught
-            else:
+            item = declared(requirement, at, "requirements", _sibling(scan.text, end), hashed="--hash" in line) \
+                or from_url(requirement, at, "requirements")
+            if item is not None:
                 found.append(item)
         check_packages(scan, found)
 
