@@ -42,9 +42,11 @@ from typing import Dict, List, Tuple
 import yaml
 
 SCRATCH = Path("/work/scratch/i26")
-SDISTS = ["deepspeed", "axolotl", "unsloth", "open_clip_torch", "colossalai", "fairseq", "xformers", "flash-attn",
-          "litgpt", "torchtune", "trl", "peft", "accelerate", "vllm", "lightning"]
-MENTION = re.compile(r"(?i)cuda|cudnn|nccl|nvidia|(?<![a-z])cu1[0-9]{2}(?![0-9])")
+# packages whose source distribution pip can fetch without CUDA (flash-attn, xformers and vllm cannot
+# be prepared without it; fairseq's build fails; torchtune publishes wheels only)
+SDISTS = ["deepspeed", "axolotl", "unsloth", "open_clip_torch", "colossalai", "litgpt", "trl", "peft", "accelerate",
+          "lightning"]
+MENTION = re.compile(r"(?i)cuda|cudnn|nccl|nvidia|(?<![a-z])cu1[0-9]{1,2}(?![0-9])")
 # the documented renames (opmap/environment.yaml), undone to check that nothing else changed
 RENAMES = {"ASCEND_RT_VISIBLE_DEVICES": "CUDA_VISIBLE_DEVICES", "HCCL_SOCKET_IFNAME": "NCCL_SOCKET_IFNAME",
            "HCCL_SOCKET_FAMILY": "NCCL_SOCKET_FAMILY", "HCCL_RDMA_TIMEOUT": "NCCL_IB_TIMEOUT",

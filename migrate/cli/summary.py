@@ -25,7 +25,7 @@ def _scanned(s: dict) -> str:
     kinds = s.get("files_by_kind") or {"python": s["files_scanned"]}
     python = kinds.get("python", 0)
     declared = s["files_scanned"] - python
-    return f"{python} Python files" + (f" and {declared} dependency/launcher files" if declared else "")
+    return f"{python} Python files" + (f" and {_plural(declared, 'dependency/launcher file')}" if declared else "")
 
 
 def summary_line(report: dict) -> None:

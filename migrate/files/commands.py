@@ -30,6 +30,7 @@ _PIP_VALUE_OPTIONS = {"-e", "--editable", "-r", "--requirement", "-c", "--constr
                       "--global-option", "--no-binary", "--only-binary"}
 _INDEX_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links"}
 _CONDA_VALUE_OPTIONS = {"-n", "--name", "-p", "--prefix", "--file"}
+_SYSTEM_INSTALLERS = ("apt-get", "apt", "yum", "dnf", "apk", "zypper")
 
 
 def _assignment(launcher: Launcher, word: Word) -> bool:
@@ -157,6 +158,10 @@ def _installs(launcher: Launcher, words: List[Word], group: str) -> None:
     values = [w.value for w in words]
     if len(values) > 1 and values[0] in ("conda", "mamba", "micromamba") and values[1] in ("install", "create"):
         _conda(launcher, words[2:], f"conda install ({group})")
+    elif len(values) > 1 and values[0] in _SYSTEM_INSTALLERS and "install" in values[1:3]:
+        for word in words[values.index("install") + 1:]:
+            if word.value and not word.value.startswith("-"):
+                launcher.system_package(word.value, word.start, f"{values[0]} install ({group})")
 
 
 def _pip(launcher: Launcher, args: List[Word], group: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -34,6 +34,7 @@ class Declared:
     sibling: Optional[Callable[[str], TextEdit]] = None
     hashed: bool = False  # pip's hash-checking mode: a requirement added without a hash would fail
     url: Optional[str] = None  # a direct reference (name @ https://...)
+    extras: Tuple[str, ...] = ()  # name[extra, ...]
 
 
 def parse(text: str) -> Optional[Requirement]:
@@ -63,7 +64,7 @@ def declared(text: str, at: int, group: str, sibling=None, hashed: bool = False)
     pinned, local = exact_pin(requirement)
     marker = str(requirement.marker) if requirement.marker is not None else None
     return Declared(normalise(requirement.name), text.strip(), at, group, pinned, local, marker, PIP, sibling, hashed,
-                    requirement.url)
+                    requirement.url, tuple(sorted(requirement.extras)))
 
 
 _EGG = re.compile(r"[#&]egg=(?P<egg>[A-Za-z0-9_.-]+)")

@@ -1,4 +1,4 @@
-"""Dockerfiles (``Dockerfile``, ``Dockerfile.*``, ``*.Dockerfile``, ``Containerfile``): the base image
+"""Dockerfiles (``Dockerfile``, ``Dockerfile.*``, ``Dockerfile-*``, ``*.Dockerfile``, ``Containerfile``): the base image
 of every ``FROM`` (a CUDA image is reported with the CANN image plan; ``FROM ${BASE}`` is resolved
 through the file's ``ARG`` defaults), ``ENV``/``ARG`` settings, and the shell commands of ``RUN``,
 ``CMD`` and ``ENTRYPOINT`` (exec-form JSON commands are read, never edited in place).
@@ -75,7 +75,8 @@ class Dockerfile(FileKind):
     def matches(self, path: str, head: bytes = b"") -> bool:
         name = path.rsplit("/", 1)[-1]
         lower = name.lower()
-        return lower in ("dockerfile", "containerfile") or lower.startswith(("dockerfile.", "containerfile.")) \
+        return lower in ("dockerfile", "containerfile") \
+            or lower.startswith(("dockerfile.", "dockerfile-", "dockerfile_", "containerfile.")) \
             or lower.endswith((".dockerfile", ".containerfile"))
 
     def scan(self, scan: Scan) -> None:

@@ -18,6 +18,7 @@ from npu_migrate.migrate.files.base import Scan, TextEdit
 from npu_migrate.migrate.files.declared import Declared
 from npu_migrate.migrate.files.packages import check_index, check_packages
 from npu_migrate.opmap import EnvironmentRecord
+from npu_migrate.opmap.packages import normalise
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,13 @@ class Launcher:
     def package(self, item: Optional[Declared]) -> None:
         if item is not None:
             self.packages.append(item)
+
+    def system_package(self, spec: str, at: int, group: str) -> None:
+        """An apt/yum package: kept only when the package table has a record for its name (libnccl2,
+        cuda-toolkit-12-1, libcudnn8), so the matrix lists the NVIDIA ones, not every system tool."""
+        name = spec.split("=", 1)[0]
+        if self.scan.table.package(name) is not None:
+            self.packages.append(Declared(normalise(name), spec, at, group, ecosystem="system"))
 
     def index(self, url: str, at: int) -> None:
         check_index(self.scan, url, at)

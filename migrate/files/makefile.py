@@ -12,7 +12,7 @@ from npu_migrate.migrate.files.base import FileKind, Scan
 from npu_migrate.migrate.files.commands import read_shell
 from npu_migrate.migrate.files.environment import Launcher
 from npu_migrate.migrate.files.shell import LAUNCHER_TRIGGERS
-from npu_migrate.migrate.files.shell_words import parse
+from npu_migrate.migrate.files.shell_words import Shell, parse
 
 _ASSIGN = re.compile(r"^[ \t]*(?:(?:export|override)[ \t]+)*(?P<name>[A-Za-z_][A-Za-z0-9_]*)[ \t]*"
                      r"(?::{1,3}=|\?=|\+=|!=|=)[ \t]*(?P<value>.*?)[ \t]*$")
@@ -54,9 +54,10 @@ class Makefile(FileKind):
             code = re.sub(r"(^|[ \t])#.*$", "", line)
             if not code.strip():
                 continue
-            for expansion in parse(text, start, start + len(code), make=True).expansions:
-                if expansion.make:
-                    launcher.refer(expansion.name, expansion.start)
+            shell = parse(text, start, start + len(code), make=True)
+            # make variable references, and the commands of $(shell ...) functions
+            read_shell(launcher, Shell([c for c in shell.commands if c.captured], [e for e in shell.expansions if e.make]),
+                       group="Makefile")
             match = _ASSIGN.match(code)
             if match:
                 value = match.group("value")

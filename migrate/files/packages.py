@@ -15,6 +15,7 @@ indexes and conda channels are checked against the table's ``indexes`` (``check_
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional
 
 from packaging.specifiers import SpecifierSet
@@ -46,13 +47,17 @@ def check_index(scan: Scan, url: str, at: int) -> None:
                     record.fallback, api=url)
 
 
+CUDA_EXTRA = re.compile(r"^(cu\d+|cuda\d*)$", re.I)  # name[cu12]: the CUDA build of a package
+
+
 def _check(scan: Scan, item: Declared) -> None:
     if item.url:
         check_index(scan, item.url, item.at)
-    record = scan.table.package(item.name, item.local)
+    cuda_extras = [extra for extra in item.extras if CUDA_EXTRA.match(extra)]
+    record = scan.table.package(item.name, item.local or (cuda_extras[0] if cuda_extras else None))
     status = record.status if record is not None else "unlisted"
     if record is not None and record.status != "compatible":
-        build = f" (build {item.local})" if item.local and record.local else ""
+        build = f" (build {item.local or cuda_extras[0]})" if record.local and (item.local or cuda_extras) else ""
         instead = f"; replacement: {record.replacement}" if record.replacement else ""
         scan.report(item.at, record.code, f"{item.spec}{build}: {record.reason}{instead}", record.fallback,
                     api=item.name)

@@ -89,6 +89,8 @@ class _Lexer:
         if self.make:
             if t.startswith("$$", i):
                 return self._shell_dollar(i + 1)
+            if t.startswith("$(shell ", i):  # make's shell function: its commands' output is read
+                return self.run(i + 8, ")", captured=True)
             if i + 1 < self.stop and t[i + 1] in "({":
                 close = ")" if t[i + 1] == "(" else "}"
                 name = _NAME.match(t, i + 2)

@@ -53,3 +53,9 @@ def test_offsets_point_at_the_names():
     text = "x\nexport NCCL_SOCKET_IFNAME=eth0\n"
     word = parse(text).commands[1].words[1]
     assert text[word.start:word.end] == "NCCL_SOCKET_IFNAME=eth0"
+
+
+def test_make_shell_functions_are_captured_commands():
+    text = "NGPUS := $(shell nvidia-smi -L | wc -l)\n"
+    assert _commands(text, make=True) == [(["nvidia-smi", "-L"], True, False, True), (["wc", "-l"], True, True, False),
+                                          (["NGPUS", ":=", "$(shell nvidia-smi -L | wc -l)"], False, False, False)]
