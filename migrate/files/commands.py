@@ -39,7 +39,7 @@ def _assignment(launcher: Launcher, word: Word) -> bool:
         return False
     name = match.group(1)
     value = word.value[len(match.group(0)):] if word.value is not None else None
-    launcher.assign(name, word.start, value)
+    launcher.assign(name, word.start, value, word.raw[len(match.group(0)):])
     return True
 
 

@@ -11,6 +11,7 @@ and a CUDA base image are reported with the record's plan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -19,6 +20,9 @@ from npu_migrate.migrate.files.declared import Declared
 from npu_migrate.migrate.files.packages import check_index, check_packages
 from npu_migrate.opmap import EnvironmentRecord
 from npu_migrate.opmap.packages import normalise
+
+
+_DEFAULT = re.compile(r"""^"?\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=](?P<default>[^}$`"']*)\}"?$""")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Use:
     end: int
     assigned: bool
     value: Optional[str] = None
+    default: Optional[str] = None  # a value set at run time as ${NAME:-default}: its literal default
 
 
 class Launcher:
@@ -41,8 +46,11 @@ class Launcher:
         self._images = set()
 
     # -- collecting -------------------------------------------------------------------------------
-    def assign(self, name: str, start: int, value: Optional[str]) -> None:
-        self.uses.append(Use(name, start, start + len(name), True, value))
+    def assign(self, name: str, start: int, value: Optional[str], raw: str = "") -> None:
+        """``value``: the literal value, None when set at run time (``raw``: the value as written)."""
+        default = _DEFAULT.match(raw) if value is None and raw else None
+        self.uses.append(Use(name, start, start + len(name), True, value,
+                             default.group("default") if default else None))
 
     def refer(self, name: str, start: int) -> None:
         self.uses.append(Use(name, start, start + len(name), False))
@@ -108,7 +116,7 @@ class Launcher:
                                   [TextEdit(use.start, use.end, record.target)], target=record.target, api=name)
             return
         reported_lines = set()
-        for use in uses:
+        for use in sorted(uses, key=lambda u: (not u.assigned, u.start)):  # on a line: the assignment says why
             line = self.scan.line(use.start)
             if line in reported_lines:
                 continue
@@ -117,14 +125,15 @@ class Launcher:
 
     def _exact(self, record: EnvironmentRecord, use: Use) -> bool:
         if use.value is None:
-            return record.dynamic
+            return record.dynamic and (use.default is None or record.values.admits(use.default))
         return record.values.admits(use.value)
 
     def _why(self, record: EnvironmentRecord, name: str, use: Use, refused: List[Use]) -> str:
         if record.status != "rename":
             return f"{name}: {record.reason}"
         if use in refused:
-            value = "set at run time" if use.value is None else f"value {use.value!r}"
+            value = f"value {use.value!r}" if use.value is not None else \
+                f"default {use.default!r}" if use.default is not None and record.dynamic else "a value set at run time"
             return (f"{name} not renamed to {record.target}: {value} is not one the rename is exact for "
                     f"({record.values.described}): {record.reason}")
         first = self.scan.line(refused[0].start)
