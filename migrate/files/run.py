@@ -27,7 +27,7 @@ from npu_migrate.migrate.files.requirements_txt import includes
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
 from npu_migrate.migrate.sources import SourceError, name_problem, read_source
-from npu_migrate.opmap import OpTable
+from npu_migrate.opmap import Fallback, OpTable
 
 HEAD_BYTES = 128  # enough for a #! line
 _IMPORTS_TORCH_NPU = re.compile(rb"^\s*(import\s+torch_npu\b|from\s+torch_npu\b)", re.M)
@@ -152,9 +152,7 @@ def _merge_setup_py(python: FileResult, scanned: FileResult) -> FileResult:
                       digest=scanned.digest, diff=scanned.diff, requirements=scanned.requirements)
 
 
-def _manual(finding: Finding):
-    from npu_migrate.opmap import Fallback
-
+def _manual(finding: Finding) -> Fallback:
     return Fallback("manual", f"Make the change by hand: {finding.target or finding.message}.")
 
 
