@@ -7,7 +7,8 @@ A record names a ``kind`` of thing a launcher holds and its ``name`` (a glob):
 - ``command``: a command (``nvidia-smi``);
 - ``device-count``: a way of counting the GPUs to launch on (``nvidia-smi``: a count read from its
   output, ``torchrun-gpu``: ``--nproc_per_node=gpu``, ``slurm-gpu``: Slurm's ``--gres=gpu``/``--gpus``);
-- ``image``: a container base image (``nvidia/cuda:*``).
+- ``image``: a container base image (``nvidia/cuda:*``);
+- ``value``: the literal value of a setting the table does not name (``TORCH_BACKEND=cu126``).
 
 ``status: rename`` renames the site to ``target`` where the mapping is exact: for a variable, when
 its value is one ``values`` admits (``values`` below), or is set at run time and ``dynamic: rename``
@@ -34,7 +35,7 @@ import yaml
 from npu_migrate.opmap.records import CODE_RE, Fallback, parse_fallback, text
 from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, plain
 
-ENV_KINDS = ("variable", "command", "device-count", "image")
+ENV_KINDS = ("variable", "command", "device-count", "image", "value")
 ENV_STATUSES = ("rename", "report")
 _VALUES = re.compile(r"^(any|device-ids|integers (?P<low>\d+)\.\.(?P<high>\d+)|one of (?P<one>.+)|options (?P<opts>.+))$")
 

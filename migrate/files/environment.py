@@ -103,6 +103,8 @@ class Launcher:
             record = self.scan.table.environment("variable", name)
             if record is not None:
                 self._variable(record, name, uses)
+            else:
+                self._values(name, uses)
         if self.packages:
             check_packages(self.scan, self.packages)
 
@@ -122,6 +124,14 @@ class Launcher:
                 continue
             reported_lines.add(line)
             self.scan.report(use.start, record.code, self._why(record, name, use, refused), record.fallback, api=name)
+
+    def _values(self, name: str, uses: List[Use]) -> None:
+        """A setting the table does not name whose literal value selects CUDA (``TORCH_BACKEND=cu126``)."""
+        for use in uses:
+            value = use.value if use.value is not None else use.default
+            record = self.scan.table.environment("value", value.lower()) if use.assigned and value else None
+            if record is not None:
+                self.scan.report(use.start, record.code, f"{name}={value}: {record.reason}", record.fallback, api=name)
 
     def _exact(self, record: EnvironmentRecord, use: Use) -> bool:
         if use.value is None:

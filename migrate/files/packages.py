@@ -47,7 +47,19 @@ def check_index(scan: Scan, url: str, at: int) -> None:
                     record.fallback, api=url)
 
 
-CUDA_EXTRA = re.compile(r"^(cu\d+|cuda\d*)$", re.I)  # name[cu12]: the CUDA build of a package
+CUDA_EXTRA = re.compile(r"^(cu\d+|cuda)", re.I)  # name[cu12], name[cu121onlytorch240]: a CUDA build
+
+
+def check_group(scan: Scan, name: str, at: int) -> None:
+    """An optional dependency group named after a CUDA build (``cu121 = [...]``): reported, its
+    packages are reported one by one."""
+    if CUDA_EXTRA.match(name):
+        record = scan.table.package("*", name.lower())
+        if record is not None and record.code:
+            scan.report(at, record.code, f"optional dependency group {name!r} is named after a CUDA build: its "
+                                         "packages are the CUDA builds", Fallback(
+                                             "replace-library", "Leave this group out of an NPU install; the "
+                                             "packages it lists are reported one by one."), api=name)
 
 
 def _check(scan: Scan, item: Declared) -> None:

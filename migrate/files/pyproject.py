@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan, TextEdit
 from npu_migrate.migrate.files.declared import Declared, declared, line_end, list_sibling
-from npu_migrate.migrate.files.packages import check_index, check_packages
+from npu_migrate.migrate.files.packages import check_group, check_index, check_packages
 from npu_migrate.migrate.files.toml_values import Entry, TomlArray, TomlString, TomlTable, entries
 
 try:
@@ -125,6 +125,10 @@ class Pyproject(FileKind):
         found: List[Declared] = []
         listed: List[str] = []
         for entry in entries(scan.text):
+            full = entry.table + entry.key
+            if len(full) == 3 and full[:2] in (("project", "optional-dependencies"), ("tool", "pdm", "dev-dependencies")) \
+                    or len(full) == 2 and full[0] == "dependency-groups":
+                check_group(scan, full[-1], entry.start)
             for group, array in _lists(entry):
                 for item in array.items:
                     if isinstance(item, TomlString) and group == "dependencies":

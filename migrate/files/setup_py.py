@@ -1,7 +1,8 @@
 """``setup.py``: the literal dependency lists of its ``setup(...)`` call (``install_requires``,
 ``setup_requires``, ``tests_require``, ``extras_require``), written inline or bound to a module-level
-name (``REQUIRED = [...]``). Lists built at run time (read from a file, computed) are not
-declarations here; the files they read are scanned on their own. The Python rules migrate the
+name (``REQUIRED = [...]``), and the literal strings the module adds to such a name
+(``install_requires.append("nvidia-ml-py")``: read and reported, never edited). Lists read from a
+file are not declarations here; the files they read are scanned on their own. The Python rules migrate the
 file's code; ``migrate.files.run`` merges the two.
 """
 
@@ -48,6 +49,31 @@ def _setup_calls(tree: ast.Module) -> Iterator[ast.Call]:
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
             if name == "setup":
                 yield node
+
+
+def _added(tree: ast.Module, names: Dict[str, str]) -> Iterator[Tuple[str, ast.Constant]]:
+    """Literal strings a module adds to a list that setup() reads: ``NAME.append("x")``,
+    ``NAME.extend([...])``, ``NAME += [...]`` (``names``: the list's name -> its group)."""
+    for node in ast.walk(tree):
+        target, values = None, []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.attr in ("append", "extend") and node.args:
+            target = node.func.value.id
+            arg = node.args[0]
+            values = [arg] if node.func.attr == "append" else getattr(arg, "elts", [])
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and isinstance(node.op, ast.Add) \
+                and isinstance(node.value, (ast.List, ast.Tuple)):
+            target, values = node.target.id, node.value.elts
+        if target in names:
+            for value in values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    yield names[target], value
+
+
+def _names(call: ast.Call) -> Dict[str, str]:
+    """The names setup() reads its dependency lists from -> their group."""
+    return {keyword.value.id: _KEYWORDS[keyword.arg] for keyword in call.keywords
+            if keyword.arg in _KEYWORDS and isinstance(keyword.value, ast.Name)}
 
 
 def _lists(call: ast.Call, bound: Dict[str, ast.AST]) -> Iterator[Tuple[str, ast.AST]]:
@@ -99,4 +125,8 @@ class SetupPy(FileKind):
                         item = declared(element.value, start, group, list_sibling(scan.text, start, end, quote))
                         if item is not None:
                             found.append(item)
+            for group, element in _added(tree, _names(call)):  # read, never edited: the list is built at run time
+                item = declared(element.value, offset(element.lineno, element.col_offset), group)
+                if item is not None:
+                    found.append(item)
         check_packages(scan, found)
