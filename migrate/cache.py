@@ -2,7 +2,8 @@
 gets its stored result instead of being parsed again (like ruff's cache).
 
 Key: sha256 over a *salt* (the tool version and the hash of its own source files, including every
-rule's module, the op-table YAML files' bytes, the selected/ignored codes and the per-file limits)
+rule's module, the op-table YAML files' bytes and the reference tables the dependency files read,
+the selected/ignored codes and the per-file limits)
 and the file's path, bytes and package flag. The value is the file's result (status, findings,
 migrated text, helpers) as JSON, never pickle: a cache directory is not trusted. An entry is used
 only when it parses, has this format and version, repeats its own key, carries a checksum that
@@ -48,6 +49,7 @@ def default_dir() -> Path:
 def _tool_files() -> Iterable[Path]:
     for package in ("migrate", "opmap"):
         yield from sorted((_PACKAGE_ROOT / package).rglob("*.py"))
+    yield from sorted((_PACKAGE_ROOT / "opmap" / "reference").glob("*.yaml"))  # the torch-npu release table
 
 
 def salt(table_files: Sequence[Path], rules: Sequence[type], select, ignore, limits) -> str:

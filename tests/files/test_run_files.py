@@ -136,3 +136,20 @@ def test_a_setup_py_edit_waits_for_a_python_file_the_rules_changed(tmp_path):
     assert "install_requires=['torch==2.6.0', 'torch-npu==2.6.0.post5']" in (tmp_path / "o2/setup.py").read_text()
     subprocess.run(["python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())",
                     str(tmp_path / "o2/setup.py")], check=True)
+
+
+def test_the_cache_salt_covers_the_torch_npu_release_table(tmp_path, monkeypatch):
+    from npu_migrate.migrate import cache
+    from npu_migrate.migrate.limits import Limits
+
+    before = cache.salt([], [], None, None, Limits())
+    root = tmp_path / "root"
+    for package in ("migrate", "opmap"):
+        (root / package).mkdir(parents=True)
+    (root / "opmap" / "reference").mkdir()
+    monkeypatch.setattr(cache, "_PACKAGE_ROOT", root)
+    table = root / "opmap" / "reference" / "torch_npu_releases.yaml"
+    table.write_text("releases: []\n")
+    first = cache.salt([], [], None, None, Limits())
+    table.write_text("releases: [{torch: 2.4.0, torch_npu: 2.4.0.post4, requires: {}}]\n")
+    assert cache.salt([], [], None, None, Limits()) not in (first, before)
