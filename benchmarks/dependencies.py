@@ -130,8 +130,9 @@ def mentions(text: str, lines_with_findings: set, only: set = None) -> Counter:
 
 
 def requirement_lines(text: str) -> set:
-    """setup.py: the lines of its string literals that parse as requirements (its other code is the
-    Python rules' business); read with ast and packaging, not with npu-migrate's reader."""
+    """setup.py: the lines of the strings in its lists (or added to one) that parse as requirements
+    (its other code is the Python rules' business); read with ast and packaging, not with
+    npu-migrate's reader."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     lines = set()
@@ -139,7 +140,11 @@ def requirement_lines(text: str) -> set:
         tree = ast.parse(text)
     except SyntaxError:
         return lines
-    for node in ast.walk(tree):
+    listed = [element for node in ast.walk(tree) if isinstance(node, (ast.List, ast.Tuple, ast.Set))
+              for element in node.elts]  # list items, and what .append()/.extend()/.add() adds
+    listed += [arg for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("append", "extend", "add") for arg in node.args]
+    for node in listed:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and MENTION.search(node.value):
             try:
                 Requirement(node.value)
