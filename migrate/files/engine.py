@@ -8,6 +8,7 @@ valid file of its kind. Nothing here raises for a bad file: it becomes an error 
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, List, Optional
 
 from npu_migrate.migrate import diagnostics
@@ -26,20 +27,32 @@ def _not_applied(site: TextSite, why: str) -> None:
     site.edits = ()
 
 
+def _clashes(edit: TextEdit, taken: List[TextEdit], starts: List[int]) -> bool:
+    """Whether ``edit`` overlaps one of ``taken`` (sorted by start; ``starts`` their starts)."""
+    at = bisect.bisect_left(starts, edit.start)
+    for other in taken[max(0, at - 1):at + 2]:  # disjoint and sorted: only the neighbours can overlap
+        if edit.start < other.end and other.start < edit.end or edit.start == other.start \
+                and (edit.start == edit.end or other.start == other.end):
+            return True
+    return False
+
+
 def _drop_overlaps(sites: List[TextSite]) -> None:
     """Sites in source order; a site whose edit overlaps an earlier site's is not applied (an edit
     equal to one already taken is shared, e.g. two findings about one rename)."""
-    taken: List[TextEdit] = []
+    taken: List[TextEdit] = []  # sorted by start, pairwise disjoint
+    starts: List[int] = []
+    seen = set()
     for site in sites:
-        if not site.edits:
-            continue
-        fresh = [e for e in site.edits if e not in taken]
-        clash = any(e.start < t.end and t.start < e.end or e.start == t.start and (e.start == e.end or t.start == t.end)
-                    for e in fresh for t in taken)
-        if clash:
+        fresh = [e for e in site.edits if e not in seen]
+        if any(_clashes(e, taken, starts) for e in fresh):
             _not_applied(site, "it overlaps another rewrite in this file")
-        else:
-            taken.extend(fresh)
+            continue
+        for edit in fresh:
+            at = bisect.bisect_left(starts, edit.start)
+            taken.insert(at, edit)
+            starts.insert(at, edit.start)
+            seen.add(edit)
 
 
 def apply_edits(text: str, edits: List[TextEdit]) -> str:
