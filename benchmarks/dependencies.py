@@ -212,7 +212,7 @@ def main() -> int:
                 if f["action"] == "rewritten" and f["code"] not in FILE_CODES:
                     python_rewrites.add(f["path"])
                 kind = kinds.get(f["path"], "python")
-                if kind != "python" or f["code"] in ("NPU120", "NPU121", "NPU122", "NPU126", "NPU209"):
+                if kind != "python" or f["code"] in ("NPU130", "NPU131", "NPU132", "NPU136", "NPU220"):
                     table[kind][f["action"]] += 1
             for row in report["dependencies"]["packages"]:
                 for d in row["declared"]:

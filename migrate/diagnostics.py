@@ -44,7 +44,7 @@ BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF
 WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
 UNLISTABLE = "NPU014"  # a directory could not be listed
 CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
-DECLARATION_INVALID = "NPU016"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
+DECLARATION_INVALID = "NPU017"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",

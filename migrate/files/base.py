@@ -18,7 +18,7 @@ from npu_migrate.opmap import Fallback, OpTable
 
 
 class FileSyntaxError(Exception):
-    """The file is not valid in its own format (TOML, YAML, Python): the whole file is an NPU016 error."""
+    """The file is not valid in its own format (TOML, YAML, Python): the whole file is an NPU017 error."""
 
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)

@@ -17,39 +17,39 @@ def _code(code: str, name: str, summary: str, example: str, rewrites: bool = Fal
 
 
 DECLARATIONS: Tuple[DiagnosticCode, ...] = (
-    _code("NPU120", "cuda-only-package",
+    _code("NPU130", "cuda-only-package",
           "a declared package that needs NVIDIA GPUs (flash-attn, xformers, apex, nvidia-*, ...): reported with "
           "its NPU replacement plan", "cuda_only_package"),
-    _code("NPU121", "cuda-build",
+    _code("NPU131", "cuda-build",
           "a CUDA build of a package (torch==2.4.0+cu121, a conda CUDA build) or a CUDA package index or channel: "
           "reported with the CPU-build plan", "cuda_build"),
-    _code("NPU122", "torch-npu-unmatched",
+    _code("NPU132", "torch-npu-unmatched",
           "the code imports torch_npu but no torch-npu release can be pinned beside this torch declaration: "
           "reported with the line to add", "torch_npu_unmatched"),
-    _code("NPU123", "cuda-environment",
+    _code("NPU133", "cuda-environment",
           "a CUDA, NCCL or NVIDIA setting with no exact NPU equivalent: reported with its plan",
           "cuda_environment"),
-    _code("NPU124", "gpu-count",
+    _code("NPU134", "gpu-count",
           "a launcher counts or requests GPUs (nvidia-smi -L | wc -l, --nproc_per_node=gpu, --gres=gpu): "
           "reported with how to count NPUs", "gpu_count"),
-    _code("NPU125", "cuda-base-image",
+    _code("NPU135", "cuda-base-image",
           "a container built FROM a CUDA image: reported with the CANN image plan", "cuda_base_image"),
-    _code("NPU126", "release-without-npu",
+    _code("NPU136", "release-without-npu",
           "a package pinned to a release that predates its NPU support (deepspeed<0.9.3, ...): reported",
           "release_without_npu"),
-    _code("NPU209", "torch-npu-requirement",
+    _code("NPU220", "torch-npu-requirement",
           "an exact torch pin gains the matching torch-npu requirement beside it (where the code imports torch_npu)",
           "torch_npu_requirement", rewrites=True),
-    _code("NPU210", "visible-devices", "CUDA_VISIBLE_DEVICES → ASCEND_RT_VISIBLE_DEVICES (where the value is exact)",
+    _code("NPU221", "visible-devices", "CUDA_VISIBLE_DEVICES → ASCEND_RT_VISIBLE_DEVICES (where the value is exact)",
           "visible_devices", rewrites=True),
-    _code("NPU211", "environment-rename",
+    _code("NPU222", "environment-rename",
           "a CUDA/NCCL setting → its exact NPU/HCCL equivalent (NCCL_SOCKET_IFNAME → HCCL_SOCKET_IFNAME, ...)",
           "environment_rename", rewrites=True),
-    _code("NPU212", "nvidia-smi",
+    _code("NPU223", "nvidia-smi",
           "nvidia-smi whose output is only shown → npu-smi info (reported where its output is parsed)",
           "nvidia_smi", rewrites=True),
 )
 
 # The report's "dependencies and environment" section groups findings by these codes.
-DEPENDENCY_CODES = frozenset({"NPU120", "NPU121", "NPU122", "NPU126", "NPU209"})
-ENVIRONMENT_CODES = frozenset({"NPU123", "NPU124", "NPU125", "NPU210", "NPU211", "NPU212"})
+DEPENDENCY_CODES = frozenset({"NPU130", "NPU131", "NPU132", "NPU136", "NPU220"})
+ENVIRONMENT_CODES = frozenset({"NPU133", "NPU134", "NPU135", "NPU221", "NPU222", "NPU223"})

@@ -3,11 +3,11 @@
 
 - a package whose record is ``replace`` or ``unsupported``, or a CUDA build (``+cu121``, a conda
   build string naming CUDA), is reported with the record's code and plan;
-- a ``compatible`` package pinned outside its record's ``version`` rule is reported (NPU126);
+- a ``compatible`` package pinned outside its record's ``version`` rule is reported (NPU136);
 - where the repository's (migrated) code imports torch_npu, each exact torch pin gains the matching
-  ``torch-npu`` requirement (NPU209) from the reference table ``opmap/reference/torch_npu_releases.yaml``;
+  ``torch-npu`` requirement (NPU220) from the reference table ``opmap/reference/torch_npu_releases.yaml``;
   a torch declaration that cannot (no exact pin, a release without torch-npu, hash-checking mode,
-  nowhere to add it) is reported with the line to add (NPU122).
+  nowhere to add it) is reported with the line to add (NPU132).
 
 Every declaration becomes a row of the compatibility matrix (``Scan.requirements``). Package
 indexes and conda channels are checked against the table's ``indexes`` (``check_index``).
@@ -27,7 +27,7 @@ from npu_migrate.migrate.findings import Requirement
 from npu_migrate.opmap import Fallback
 from npu_migrate.opmap.reference import TorchNpuRelease, torch_npu_releases
 
-TORCH_NPU_REQUIREMENT, TORCH_NPU_UNMATCHED, OUTSIDE_RULE = "NPU209", "NPU122", "NPU126"
+TORCH_NPU_REQUIREMENT, TORCH_NPU_UNMATCHED, OUTSIDE_RULE = "NPU220", "NPU132", "NPU136"
 BUILD_GROUPS = ("build-system",)  # building an extension needs torch, not torch-npu
 RELEASES_FILE = "opmap/reference/torch_npu_releases.yaml"
 

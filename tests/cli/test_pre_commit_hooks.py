@@ -48,7 +48,7 @@ def test_the_entry_checks_a_repo(tmp_path, hook):
     assert done.returncode == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED, done.stderr
     assert "Would change 4 files:" in done.stderr and "  train.py (" in done.stderr
     assert "Needs attention (8 sites):" in done.stderr
-    assert "requirements.txt:1:0: NPU122" in done.stderr  # torch>=2.1: no torch-npu release can be chosen
+    assert "requirements.txt:1:0: NPU132" in done.stderr  # torch>=2.1: no torch-npu release can be chosen
     assert snapshot(repo) == before  # --check writes nothing, not even a report directory
 
     done = _run_hook(hook, out)  # the migrated tree: nothing left to change, only the reported sites

@@ -24,16 +24,16 @@ class Clashing(FileKind):
         return False
 
     def scan(self, scan):
-        scan.rewrite(0, "NPU210", "first", [TextEdit(0, 3, "AAA")], target="AAA")
-        scan.rewrite(1, "NPU211", "second", [TextEdit(1, 2, "B")], target="B")
-        scan.rewrite(len(scan.text), "NPU212", "third", [TextEdit(len(scan.text), len(scan.text), "!")], target="!")
+        scan.rewrite(0, "NPU221", "first", [TextEdit(0, 3, "AAA")], target="AAA")
+        scan.rewrite(1, "NPU222", "second", [TextEdit(1, 2, "B")], target="B")
+        scan.rewrite(len(scan.text), "NPU223", "third", [TextEdit(len(scan.text), len(scan.text), "!")], target="!")
 
 
 class Breaking(Clashing):
     name = "breaking"
 
     def scan(self, scan):
-        scan.rewrite(0, "NPU210", "breaks it", [TextEdit(0, 1, "[")], target="[")
+        scan.rewrite(0, "NPU221", "breaks it", [TextEdit(0, 1, "[")], target="[")
 
     def problem(self, text):
         return "unbalanced" if text.startswith("[") else None
@@ -42,9 +42,9 @@ class Breaking(Clashing):
 def test_overlapping_edits_become_not_applied_findings(table):
     result = migrate_file("x.txt", b"xyz", Clashing(), table)
     assert result.migrated == "AAA!"
-    assert [(f.code, f.action) for f in result.findings] == [("NPU210", "rewritten"), ("NPU006", "reported"),
-                                                            ("NPU212", "rewritten")]
-    assert "NPU211 rewrite not applied" in result.findings[1].message
+    assert [(f.code, f.action) for f in result.findings] == [("NPU221", "rewritten"), ("NPU006", "reported"),
+                                                            ("NPU223", "rewritten")]
+    assert "NPU222 rewrite not applied" in result.findings[1].message
 
 
 def test_an_output_that_would_not_parse_is_refused(table):
@@ -56,7 +56,7 @@ def test_bad_input_is_an_error_result_with_its_kind(table):
     kind = kind_of("pyproject.toml")
     broken = migrate_file("pyproject.toml", b"[project]\ndeps [\n", kind, table)
     assert (broken.status, broken.kind, broken.findings[0].code, broken.findings[0].line) == ("error", "pyproject",
-                                                                                            "NPU016", 2)
+                                                                                            "NPU017", 2)
     latin = migrate_file("requirements.txt", "torch\n# caf\xe9\n".encode("latin-1"), kind_of("requirements.txt"), table)
     assert latin.status == "error" and latin.findings[0].code == "NPU002"
 
@@ -69,10 +69,10 @@ def test_a_crashing_scan_is_an_error_not_an_exception(table, monkeypatch):
 
 
 def test_suppression_comments_keep_a_site_as_it_is(table):
-    text = b"export CUDA_VISIBLE_DEVICES=0  # npu-migrate: ignore[NPU210]\nexport NCCL_SOCKET_IFNAME=eth0\n"
+    text = b"export CUDA_VISIBLE_DEVICES=0  # npu-migrate: ignore[NPU221]\nexport NCCL_SOCKET_IFNAME=eth0\n"
     result = migrate_file("run.sh", text, kind_of("run.sh"), table)
-    assert [(f.code, f.action) for f in result.findings] == [("NPU210", "suppressed"), ("NPU211", "rewritten")]
-    assert result.migrated.splitlines() == ["export CUDA_VISIBLE_DEVICES=0  # npu-migrate: ignore[NPU210]",
+    assert [(f.code, f.action) for f in result.findings] == [("NPU221", "suppressed"), ("NPU222", "rewritten")]
+    assert result.migrated.splitlines() == ["export CUDA_VISIBLE_DEVICES=0  # npu-migrate: ignore[NPU221]",
                                             "export HCCL_SOCKET_IFNAME=eth0"]
 
 

@@ -41,18 +41,18 @@ def test_the_migrated_tree_patch_and_reports_hold_the_dependency_and_launcher_ch
     s = report["summary"]
     assert s["files_by_kind"] == {"python": 1, "requirements": 1, "shell": 1} and s["files_other"] == 1
     assert s["packages_by_status"] == {"compatible": 1, "replace": 1, "unsupported": 0, "unlisted": 1}
-    assert s["environment_sites"] == 2 and s["by_code"]["NPU209"] == 1 and s["by_code"]["NPU120"] == 1
+    assert s["environment_sites"] == 2 and s["by_code"]["NPU220"] == 1 and s["by_code"]["NPU130"] == 1
     rows = {row["name"]: row for row in report["dependencies"]["packages"]}
-    assert rows["torch"]["codes"] == ["NPU209"] and rows["flash-attn"]["status"] == "replace"
+    assert rows["torch"]["codes"] == ["NPU220"] and rows["flash-attn"]["status"] == "replace"
     assert rows["flash-attn"]["declared"] == [{"path": "requirements.txt", "line": 2, "spec": "flash-attn>=2.5",
                                                "group": "requirements"}]
-    snippet = next(f["snippet"] for f in report["findings"] if f["code"] == "NPU210")
+    snippet = next(f["snippet"] for f in report["findings"] if f["code"] == "NPU221")
     assert snippet == "export CUDA_VISIBLE_DEVICES=0,1"
 
     markdown = (reports / "report.md").read_text()
     section = markdown.split("## Dependencies and environment", 1)[1]
     assert "| `flash-attn` | replace | `requirements.txt:2` `flash-attn>=2.5` |" in section
-    assert "| `CUDA_VISIBLE_DEVICES` | `scripts/run.sh:2` | rewritten | `ASCEND_RT_VISIBLE_DEVICES` | NPU210 |" in section
+    assert "| `CUDA_VISIBLE_DEVICES` | `scripts/run.sh:2` | rewritten | `ASCEND_RT_VISIBLE_DEVICES` | NPU221 |" in section
     assert "| Packages declared | 3 |" in markdown
     page = (reports / "report.html").read_text()
     assert '<section id="dependencies">' in page and 'data-card="packages declared"><div class="value">3<' in page
@@ -60,11 +60,11 @@ def test_the_migrated_tree_patch_and_reports_hold_the_dependency_and_launcher_ch
     sarif = json.loads((reports / "report.sarif").read_text())
     results = [r for r in sarif["runs"][0]["results"] if r["locations"][0]["physicalLocation"]["artifactLocation"]
                ["uri"] == "requirements.txt"]
-    added = next(r for r in results if r["ruleId"] == "NPU209")
+    added = next(r for r in results if r["ruleId"] == "NPU220")
     assert added["level"] == "note" and added["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     assert added["fixes"][0]["artifactChanges"][0]["replacements"][0]["insertedContent"]["text"] == \
         "torch-npu==2.4.0.post4\n"
-    flagged = next(r for r in results if r["ruleId"] == "NPU120")
+    flagged = next(r for r in results if r["ruleId"] == "NPU130")
     assert flagged["level"] == "warning" and "Plan (replace-library)" in flagged["message"]["text"]
 
     git_init(repo)
@@ -73,15 +73,15 @@ def test_the_migrated_tree_patch_and_reports_hold_the_dependency_and_launcher_ch
 
 def test_check_and_diff_cover_the_dependency_files(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    checked = invoke(repo, "--check", "--select", "NPU2,NPU120")
+    checked = invoke(repo, "--check", "--select", "NPU2,NPU130")
     assert checked.exit_code == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED
     assert "  requirements.txt (1 rewrite)" in checked.stderr and "  scripts/run.sh (2 rewrites)" in checked.stderr
-    assert "  train.py (1 rewrite)" in checked.stderr and "requirements.txt:2:0: NPU120" in checked.stderr
-    diff = invoke(repo, "--diff", "--select", "NPU203,NPU209")
+    assert "  train.py (1 rewrite)" in checked.stderr and "requirements.txt:2:0: NPU130" in checked.stderr
+    diff = invoke(repo, "--diff", "--select", "NPU203,NPU220")
     assert "+torch-npu==2.4.0.post4\n" in diff.stdout and "scripts/run.sh" not in diff.stdout
     # torch-npu follows the migrated code: without the .cuda() rewrite nothing imports torch_npu
-    assert "torch-npu" not in invoke(repo, "--diff", "--select", "NPU209").stdout
-    only_reports = invoke(repo, "--check", "--select", "NPU120")
+    assert "torch-npu" not in invoke(repo, "--diff", "--select", "NPU220").stdout
+    only_reports = invoke(repo, "--check", "--select", "NPU130")
     assert only_reports.exit_code == exitcodes.UNSUPPORTED
 
 
@@ -126,7 +126,7 @@ def test_a_setup_py_edit_waits_for_a_python_file_the_rules_changed(tmp_path):
     assert result.exit_code == 0, result.output
     findings = {f["code"]: f for f in _report(tmp_path / "r")["findings"]}
     assert findings["NPU201"]["action"] == "rewritten"  # torch.cuda.is_available -> torch.npu.is_available
-    assert findings["NPU006"]["action"] == "reported" and "NPU209 rewrite not applied" in findings["NPU006"]["message"]
+    assert findings["NPU006"]["action"] == "reported" and "NPU220 rewrite not applied" in findings["NPU006"]["message"]
     assert "torch-npu==2.6.0.post5" in findings["NPU006"]["fallback"]["detail"]
     assert "torch-npu" not in (tmp_path / "out/setup.py").read_text()
     clean = write_tree(tmp_path / "clean", {

@@ -153,7 +153,7 @@ PACKAGES = """
 packages:
   - package: flash-attn
     status: replace
-    code: NPU120
+    code: NPU130
     replacement: torch_npu.npu_fusion_attention
     reason: CUDA kernels
     source: https://example.org/flash-attn
@@ -166,7 +166,7 @@ def test_sections_load_with_their_source_lines(tmp_path):
 
     sections = load_sections(write(tmp_path, PACKAGES + """
 environment:
-  - {kind: variable, name: CUDA_VISIBLE_DEVICES, status: rename, target: ASCEND_RT_VISIBLE_DEVICES, code: NPU210,
+  - {kind: variable, name: CUDA_VISIBLE_DEVICES, status: rename, target: ASCEND_RT_VISIBLE_DEVICES, code: NPU221,
      values: device-ids, reason: r, source: s, fallback: {plan: manual, detail: d}}
 """))
     (package,), (env,) = sections.packages, sections.environment
@@ -177,12 +177,12 @@ environment:
 
 @pytest.mark.parametrize("record, line, problem", [
     ("  - {package: Flash_Attn, status: compatible, reason: r, source: s}\n", 3, "normalised"),
-    ("  - {package: apex, status: replace, code: NPU120, reason: r, source: s, fallback: {plan: manual, detail: d}}\n",
+    ("  - {package: apex, status: replace, code: NPU130, reason: r, source: s, fallback: {plan: manual, detail: d}}\n",
      3, "needs a replacement"),
     ("  - {package: apex, status: unsupported, reason: r, source: s}\n", 3, "needs a diagnostic code"),
-    ("  - {package: deepspeed, status: compatible, version: 'newer', code: NPU126, reason: r, source: s,"
+    ("  - {package: deepspeed, status: compatible, version: 'newer', code: NPU136, reason: r, source: s,"
      " fallback: {plan: manual, detail: d}}\n", 3, "PEP 440"),
-    ("  - {package: apex, status: replace, code: NPU120, replacement: x, reason: r, fallback: {plan: manual, detail: d}}\n",
+    ("  - {package: apex, status: replace, code: NPU130, replacement: x, reason: r, fallback: {plan: manual, detail: d}}\n",
      3, "missing required key 'source'"),
 ])
 def test_package_record_problems_name_file_and_line(tmp_path, record, line, problem):
@@ -192,11 +192,11 @@ def test_package_record_problems_name_file_and_line(tmp_path, record, line, prob
 
 
 def test_environment_record_problems_name_file_and_line(tmp_path):
-    error = error_of(write(tmp_path, "environment:\n  - {kind: variable, name: X, status: rename, code: NPU211,"
+    error = error_of(write(tmp_path, "environment:\n  - {kind: variable, name: X, status: rename, code: NPU222,"
                                      " values: 'sometimes', reason: r, source: s, target: Y,"
                                      " fallback: {plan: manual, detail: d}}\n"))
     assert error.line == 2 and "values 'sometimes'" in error.problem
-    error = error_of(write(tmp_path, "environment:\n  - {kind: file, name: X, status: report, code: NPU123,"
+    error = error_of(write(tmp_path, "environment:\n  - {kind: file, name: X, status: report, code: NPU133,"
                                      " reason: r, source: s, fallback: {plan: manual, detail: d}}\n", "b.yaml"))
     assert error.line == 2 and "kind 'file'" in error.problem
 
@@ -215,12 +215,12 @@ def test_lookups_prefer_exact_names_then_the_most_specific_glob():
     assert table.package("nvidia-ml-py").package == "nvidia-ml-py"
     assert table.package("nvidia-cudnn-cu12").package == "nvidia-*"
     assert table.package("torch", "cu121").local == "cu*" and table.package("torch", "cpu").status == "compatible"
-    assert table.package("torch-scatter", "pt24cu121").code == "NPU121"
+    assert table.package("torch-scatter", "pt24cu121").code == "NPU131"
     assert table.environment("variable", "NCCL_DEBUG").name == "NCCL_DEBUG"
     assert table.environment("variable", "TORCH_NCCL_ASYNC_ERROR_HANDLING").name == "*NCCL_ASYNC_ERROR_HANDLING"
     assert table.environment("variable", "NCCL_P2P_DISABLE").name == "*NCCL*"
     assert table.environment("variable", "MASTER_ADDR") is None
-    assert table.index("https://download.pytorch.org/whl/cu121/").code == "NPU121"
+    assert table.index("https://download.pytorch.org/whl/cu121/").code == "NPU131"
     assert table.index("https://download.pytorch.org/whl/cpu") is None
 
 
