@@ -33,7 +33,7 @@ from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSE
 from npu_migrate.opmap import Fallback
 
 FORMAT = "npu-migrate-cache"
-VERSION = 2  # 2: a result's file kind and declared requirements
+VERSION = 3  # 3: a result's file kind and declared requirements; 2: findings carry a notebook cell
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding migrate/, opmap/, kernels/
 UNCACHED = {diagnostics.TIMED_OUT, diagnostics.WORKER_DIED, diagnostics.READ_ERROR, diagnostics.TOO_LARGE}
 
@@ -94,8 +94,11 @@ def _finding(data) -> Optional[Finding]:
                 and all(isinstance(v, str) for v in fallback.values())):
             return None
         fallback = Fallback(fallback["plan"], fallback["detail"])
+    cell = data.get("cell")
+    if cell is not None and (not isinstance(cell, int) or isinstance(cell, bool)):
+        return None
     return Finding(data["code"], data["message"], data["action"], api=data.get("api"), target=data.get("target"),
-                   fallback=fallback, path=data["path"], line=data["line"], col=data["col"])
+                   fallback=fallback, path=data["path"], line=data["line"], col=data["col"], cell=cell)
 
 
 def _requirement(data) -> Optional[Requirement]:
@@ -129,12 +132,10 @@ class Cache:
         self.directory = Path(directory) / f"v{VERSION}"
         self.salt = salt_
 
-    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
-        """``context``: anything else the file's result depends on (a dependency file: the repository
-        facts, ``migrate.files.base.Facts.key``)."""
-        extra = f"\0{context}" if context else ""
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}{extra}".encode("utf-8", "surrogateescape")
-                              ).hexdigest()
+    def key(self, path: str, digest: str, context: str = "") -> str:
+        """``context``: what else decides this file's result (its per-file ignores, first-party names)."""
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{context}".encode(
+            "utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"

@@ -21,7 +21,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
@@ -39,7 +39,7 @@ PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # every 700 allocations (CPython's default) scans the young trees again and again for nothing.
 WORKER_GC_THRESHOLD = (50_000, 20, 20)
 
-Task = Tuple[str, bool]  # (path relative to the root, whether its directory is a package)
+Task = str  # a path relative to the root
 
 
 @dataclass
@@ -97,27 +97,45 @@ class _Job:
     root: Path
     limits: Limits
     cache: Optional[object] = None  # migrate.cache.Cache
+    ignored_in: Callable[[str], Tuple[str, ...]] = lambda path: ()  # per-file ignores: codes off in a file
+    table: Optional[OpTable] = None
+    select: Optional[Sequence[str]] = None
+    ignore: Optional[Sequence[str]] = None
+    engines: Dict[Tuple[str, ...], Engine] = field(default_factory=dict)
+
+    def engine_for(self, path: str) -> Tuple[Engine, str]:
+        """The engine for the file (with its per-file ignores) and what besides its bytes decides its
+        result (for the cache key): those ignores and the first-party names its imports sort by."""
+        extra = self.ignored_in(path)
+        engine = self.engine
+        if extra:
+            if extra not in self.engines:
+                self.engines[extra] = build_engine(self.table, self.select, [*(self.ignore or ()), *extra],
+                                                   self.engine.first_party)
+            engine = self.engines[extra]
+        context = f"ignore={','.join(extra)};first-party={','.join(sorted(self.engine.first_party_of(path)))}"
+        return engine, context
 
 
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _migrate_task(task: Task) -> FileResult:
-    path, in_package = task
+def _migrate_task(path: Task) -> FileResult:
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
     except SourceError as exc:
         return error_result(path, exc.code, exc.message)
     digest = hashlib.sha256(data).hexdigest()
-    key = job.cache.key(path, digest, in_package) if job.cache is not None else None
+    engine, context = job.engine_for(path)
+    key = job.cache.key(path, digest, context) if job.cache is not None else None
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
             return hit
     try:
         with time_budget(job.limits.max_seconds):
-            result = job.engine.migrate(path, data, in_package=in_package)
+            result = engine.migrate(path, data)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
@@ -143,20 +161,32 @@ def _file_diff(result: FileResult) -> str:
 def _lost(task: Task, why: str) -> FileResult:
     """The result of a file whose worker died or stayed silent past the hard limit."""
     if why.startswith("no answer"):
-        return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
-                                                            f"(--file-timeout; {why}); not migrated")
-    return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
+        return error_result(task, diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
+                                                         f"(--file-timeout; {why}); not migrated")
+    return error_result(task, diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
 # -- main side --------------------------------------------------------------------------------------
-def _tasks(python: Sequence[str]) -> List[Task]:
-    """Each file with whether its directory holds an ``__init__.py`` (helpers then import relatively)."""
-    present = set(python)
-    tasks = []
+def first_party_names(python: Sequence[str]) -> Dict[str, FrozenSet[str]]:
+    """isort's first-party module names, by directory ("" for PATH): the modules and packages at the
+    top of PATH (and of its ``src/``), and for each directory the modules beside its files (a script
+    imports its siblings by name)."""
+    names: Dict[str, set] = {}
     for path in python:
-        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        tasks.append((path, parent + "__init__.py" in present))
-    return tasks
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            directory = "/".join(parts[:depth])
+            name = parts[depth]
+            if depth == len(parts) - 1:
+                if not name.endswith(".py"):
+                    break
+                name = name[:-3]
+            if name.isidentifier():
+                names.setdefault(directory, set()).add(name)
+    top = set(names.get("", ())) | set(names.get("src", ()))
+    out = {directory: frozenset(found) for directory, found in names.items()}
+    out[""] = frozenset(top)
+    return out
 
 
 def chunked(items: Sequence, jobs: int) -> List[list]:
@@ -184,14 +214,19 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def _enabled(select, ignore) -> Callable[[str], bool]:
-    return lambda code: code_enabled(code, select, ignore)
+def _enabled_in(select, ignore, ignored_in: Callable[[str], Tuple[str, ...]]):
+    """path -> (whether a code is on in that file, the file's ignores as a cache-key part)."""
+    def enabled(path: str) -> Tuple[Callable[[str], bool], str]:
+        extra = ignored_in(path)
+        every = [*(ignore or ()), *extra]
+        return (lambda code: code_enabled(code, select, every)), f"ignore={','.join(extra)}"
+    return enabled
 
 
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        progress: bool = False,
-        limits: Limits = Limits(), cache=None, isolate: bool = True) -> RunResult:
+        progress: bool = False, limits: Limits = Limits(), cache=None, isolate: bool = True,
+        ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory, then the dependency and launcher files
     among ``copied`` (the rest is copied unchanged).
 
@@ -199,6 +234,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result).
+    ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     """
     global _job
     root = Path(root)
@@ -206,14 +242,16 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
     declared, copied = declared_files.split(root, copied)
     tasks = []
-    for task in _tasks(python):
-        problem = name_problem(task[0])
+    for path in python:
+        problem = name_problem(path)
         if problem:  # reported under a printable name, copied under its own
-            results.append(error_result(display(task[0]), diagnostics.BAD_NAME, problem))
-            copied.append(task[0])
+            results.append(error_result(display(path), diagnostics.BAD_NAME, problem))
+            copied.append(path)
         else:
-            tasks.append(task)
-    _job = _Job(build_engine(table, select, ignore), root, limits, cache)
+            tasks.append(path)
+    ignored_in = ignored_in or (lambda path: ())
+    _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
+                ignored_in, table, select, ignore)
     try:
         with _progress(len(tasks), progress) as advance:
             if isolate:
@@ -228,6 +266,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     finally:
         _job = None
         gc.unfreeze()
-    results += declared_files.migrate_all(root, declared, results, table, _enabled(select, ignore), limits, cache)
+    results += declared_files.migrate_all(root, declared, results, table, _enabled_in(select, ignore, ignored_in),
+                                          limits, cache)
     results.sort(key=lambda r: r.path)
     return RunResult(root, results, sorted(copied), list(excluded))

@@ -32,6 +32,7 @@ from npu_migrate.opmap import Fallback, OpTable
 HEAD_BYTES = 128  # enough for a #! line
 _IMPORTS_TORCH_NPU = re.compile(rb"^\s*(import\s+torch_npu\b|from\s+torch_npu\b)", re.M)
 SETUP_PY = "setup.py"
+EnabledIn = Callable[[str], Tuple[Callable[[str], bool], str]]
 
 
 def _head(path: Path) -> bytes:
@@ -94,7 +95,7 @@ def facts(root: Path, results: Sequence[FileResult]) -> Facts:
     return Facts()
 
 
-def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, enabled: Callable[[str], bool],
+def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, enabled_in: EnabledIn,
          limits: Limits, cache) -> FileResult:
     try:
         data = read_source(root / rel, limits.max_bytes)
@@ -103,7 +104,8 @@ def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, en
         result.kind = kind.name
         return result
     digest = hashlib.sha256(data).hexdigest()
-    key = cache.key(rel, digest, False, f"{kind.name} {facts_.key()}") if cache is not None else None
+    enabled, ignores = enabled_in(rel)
+    key = cache.key(rel, digest, f"{kind.name} {facts_.key()} {ignores}") if cache is not None else None
     if key is not None:
         hit = cache.get(key, data)
         if hit is not None:
@@ -157,15 +159,17 @@ def _manual(finding: Finding) -> Fallback:
 
 
 def migrate_all(root: Path, declared: Sequence[Tuple[str, FileKind]], results: List[FileResult], table: OpTable,
-                enabled: Callable[[str], bool], limits: Limits = Limits(), cache=None) -> List[FileResult]:
-    """The results of the declared files; ``results`` (the Python files') get their setup.py findings."""
+                enabled_in: EnabledIn = lambda path: (lambda code: True, ""), limits: Limits = Limits(),
+                cache=None) -> List[FileResult]:
+    """The results of the declared files; ``results`` (the Python files') get their setup.py findings.
+    ``enabled_in``: a file's path -> (whether a code is on in it, what decides that as a cache-key part)."""
     facts_ = facts(root, results)
-    out = [_one(root, rel, kind, table, facts_, enabled, limits, cache) for rel, kind in declared]
+    out = [_one(root, rel, kind, table, facts_, enabled_in, limits, cache) for rel, kind in declared]
     setup_kind = BY_NAME.get("setup.py")
     if setup_kind is not None:
         for i, result in enumerate(results):
             if posixpath.basename(result.path) == SETUP_PY and result.status != "error" and result.kind == "python":
-                scanned = _one(root, result.path, setup_kind, table, facts_, enabled, limits, cache)
+                scanned = _one(root, result.path, setup_kind, table, facts_, enabled_in, limits, cache)
                 results[i] = _merge_setup_py(result, scanned)
     return out
 

@@ -40,7 +40,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     result = invoke(repo)
     assert result.exit_code == 0, result.output
     out = tmp_path / "repo-npu"
-    assert (out / "train.py").read_text() == "import torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n"
+    assert (out / "train.py").read_text() == "import torch\nimport torch_npu  # noqa: F401\n\nx = torch.zeros(3).npu()\n"
     for rel in ("model/__init__.py", "model/layers.py", "model/plain.py", "configs/base.yaml", "README.md", ".gitignore"):
         assert (out / rel).read_bytes() == (repo / rel).read_bytes(), rel
     for ignored in ("run.log", "build/out.py", "model/__pycache__"):
@@ -49,7 +49,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     reports = tmp_path / "npu-migrate-report"
     assert {p.name for p in reports.iterdir()} == {"changes.patch", "report.json", "report.md", "report.sarif",
                                                    "report.html"}
-    assert "repo-npu" in result.stderr and "changes.patch" in result.stderr
+    assert "repo-npu" in result.stdout and "changes.patch" in result.stdout
 
 
 def test_check_sets_exit_bits_and_writes_nothing(repo, tmp_path, monkeypatch):
@@ -121,7 +121,7 @@ def test_report_json_schema(repo, tmp_path):
                                   {"path": "run.log", "reason": "ignored by .gitignore (pattern '*.log')"}]
     assert [f["path"] for f in report["files"]] == ["broken.py", "model/__init__.py", "model/layers.py",
                                                     "model/plain.py", "train.py"]
-    keys = ["code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet"]
+    keys = ["code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback", "snippet"]
     for finding in report["findings"]:
         assert list(finding) == keys
         assert finding["action"] in ("rewritten", "reported")
@@ -131,12 +131,12 @@ def test_report_json_schema(repo, tmp_path):
         elif finding["action"] == "reported":
             assert finding["fallback"]["plan"] in PLANS and finding["fallback"]["detail"]
     double = next(f for f in report["findings"] if f["code"] == "NPU902")
-    assert (double["path"], double["line"], double["col"]) == ("model/layers.py", 3, 4)
+    assert (double["path"], double["line"], double["col"], double["cell"]) == ("model/layers.py", 3, 5, None)  # 1-based
     assert double["snippet"] == "y = torch.zeros(3).double()"
     assert next(f for f in report["findings"] if f["code"] == "NPU001")["snippet"] is None  # the file did not parse
     markdown = (reports / "report.md").read_text()
     assert "## Needs attention" in markdown and "keep this computation on the CPU" in markdown
-    assert "`model/layers.py:3:4`" in markdown and "broken.py" in markdown
+    assert "`model/layers.py:3:5`" in markdown and "broken.py:2:1: NPU001" in markdown
 
 
 def test_patch_applies_with_git_including_no_newline_and_helper(tmp_path):

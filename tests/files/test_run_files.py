@@ -75,8 +75,8 @@ def test_check_and_diff_cover_the_dependency_files(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     checked = invoke(repo, "--check", "--select", "NPU2,NPU130")
     assert checked.exit_code == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED
-    assert "  requirements.txt (1 rewrite)" in checked.stderr and "  scripts/run.sh (2 rewrites)" in checked.stderr
-    assert "  train.py (1 rewrite)" in checked.stderr and "requirements.txt:2:0: NPU130" in checked.stderr
+    assert "  requirements.txt (1 rewrite)" in checked.stdout and "  scripts/run.sh (2 rewrites)" in checked.stdout
+    assert "  train.py (1 rewrite)" in checked.stdout and "requirements.txt:2:1: NPU130" in checked.stdout
     diff = invoke(repo, "--diff", "--select", "NPU203,NPU220")
     assert "+torch-npu==2.4.0.post4\n" in diff.stdout and "scripts/run.sh" not in diff.stdout
     # torch-npu follows the migrated code: without the .cuda() rewrite nothing imports torch_npu
