@@ -266,7 +266,9 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     finally:
         _job = None
         gc.unfreeze()
-    results += declared_files.migrate_all(root, declared, results, table, _enabled_in(select, ignore, ignored_in),
-                                          limits, cache)
+    declared_results, data = declared_files.migrate_all(root, declared, results, table,
+                                                        _enabled_in(select, ignore, ignored_in), limits, cache)
+    results += declared_results
+    copied = [*copied, *data]
     results.sort(key=lambda r: r.path)
     return RunResult(root, results, sorted(copied), list(excluded))

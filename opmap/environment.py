@@ -8,12 +8,16 @@ A record names a ``kind`` of thing a launcher holds and its ``name`` (a glob):
 - ``device-count``: a way of counting the GPUs to launch on (``nvidia-smi``: a count read from its
   output, ``torchrun-gpu``: ``--nproc_per_node=gpu``, ``slurm-gpu``: Slurm's ``--gres=gpu``/``--gpus``);
 - ``image``: a container base image (``nvidia/cuda:*``);
-- ``value``: the literal value of a setting the table does not name (``TORCH_BACKEND=cu126``).
+- ``value``: the literal value of a setting the table does not name (``TORCH_BACKEND=cu126``);
+- ``config``: a key of a YAML/JSON configuration file (``name``: a glob over the key, lower case)
+  holding a given ``value`` (a glob over the whole value as written: ``nccl``, ``cuda:*``), such as
+  ``backend: nccl`` or ``accelerator: gpu``.
 
 ``status: rename`` renames the site to ``target`` where the mapping is exact: for a variable, when
 its value is one ``values`` admits (``values`` below), or is set at run time and ``dynamic: rename``
 says the name alone decides; for a command, where its output is only shown (not parsed, no
-options). Every other site of the record, and every site of a ``status: report`` record, is
+options); for a config value, the whole value becomes ``target``, where a ``*`` of ``target``
+stands for what the ``*`` of ``value`` matched and ``values`` must admit that part. Every other site of the record, and every site of a ``status: report`` record, is
 reported with the record's ``fallback`` plan. Each record says why (``reason``) and where the fact
 comes from (``source``: a URL or a document section).
 
@@ -35,7 +39,7 @@ import yaml
 from npu_migrate.opmap.records import CODE_RE, Fallback, parse_fallback, text
 from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, plain
 
-ENV_KINDS = ("variable", "command", "device-count", "image", "value")
+ENV_KINDS = ("variable", "command", "device-count", "image", "value", "config")
 ENV_STATUSES = ("rename", "report")
 _VALUES = re.compile(r"^(any|device-ids|integers (?P<low>\d+)\.\.(?P<high>\d+)|one of (?P<one>.+)|options (?P<opts>.+))$")
 
@@ -104,16 +108,34 @@ class EnvironmentRecord:
     values: Values = ANY
     dynamic: bool = False  # a value set at run time is renamed too
     origin: str = ""  # "file:line" the record came from
+    value: Optional[str] = None  # kind config: a glob over the key's whole value
 
     @property
-    def key(self) -> Tuple[str, str]:
-        return self.kind, self.name
+    def key(self) -> Tuple[str, str, str]:
+        return self.kind, self.name, self.value or ""
 
     def matches(self, kind: str, name: str) -> bool:
         return kind == self.kind and fnmatch.fnmatchcase(name, self.name)
 
+    def renamed_value(self, value: str) -> Optional[str]:
+        """A config value's new text (``target`` with the part ``*`` matched), None where the record
+        does not rename this value exactly (no match, or ``values`` refuses the ``*`` part)."""
+        if self.status != "rename" or self.value is None:
+            return None
+        match = re.fullmatch(re.escape(self.value).replace(r"\*", "(.*)"), value)
+        if match is None:
+            return None
+        part = match.group(1) if match.groups() else ""
+        if match.groups() and not self.values.admits(part):
+            return None
+        return self.target.replace("*", part, 1) if match.groups() else self.target
 
-_KEYS = {"kind", "name", "status", "code", "target", "values", "dynamic", "reason", "source", "fallback"}
+    def holds(self, value: str) -> bool:
+        """A config record whose ``value`` glob matches the whole ``value``."""
+        return self.value is not None and fnmatch.fnmatchcase(value, self.value)
+
+
+_KEYS = {"kind", "name", "value", "status", "code", "target", "values", "dynamic", "reason", "source", "fallback"}
 
 
 def parse_environment(path: Path, node: yaml.Node) -> EnvironmentRecord:
@@ -137,7 +159,12 @@ def parse_environment(path: Path, node: yaml.Node) -> EnvironmentRecord:
     dynamic = plain(keys["dynamic"]) if "dynamic" in keys else False
     if not isinstance(dynamic, bool):
         raise SchemaError(path, line_of(keys["dynamic"]), f"{where}: dynamic must be true or false")
+    value = text(path, keys["value"], "value") if "value" in keys else None
+    if (value is None) != (kind != "config"):
+        raise SchemaError(path, line_of(node), f"{where}: a value glob is given for kind config, and only for it")
+    if kind == "config" and status == "rename" and target.count("*") > (value.count("*") == 1):
+        raise SchemaError(path, line_of(keys["target"]), f"{where}: a * in target needs exactly one * in value")
     return EnvironmentRecord(kind, name, status, code, text(path, keys["reason"], "reason"),
                              text(path, keys["source"], "source"), parse_fallback(path, keys["fallback"]),
                              target=target, values=parse_values(path, keys["values"]) if "values" in keys else ANY,
-                             dynamic=dynamic, origin=f"{path}:{line_of(node)}")
+                             dynamic=dynamic, origin=f"{path}:{line_of(node)}", value=value)

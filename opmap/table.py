@@ -46,7 +46,8 @@ _SECTIONS: Dict[str, tuple] = {
     "records": (parse_record, lambda r: r.api, "api"),
     "packages": (parse_package, lambda r: r.package + (f"+{r.local}" if r.local else ""), "package"),
     "indexes": (parse_index, lambda r: r.index, "index"),
-    "environment": (parse_environment, lambda r: f"{r.kind} {r.name}", "environment record"),
+    "environment": (parse_environment, lambda r: " ".join(filter(None, (r.kind, r.name, r.value))),
+                    "environment record"),
 }
 
 
@@ -134,6 +135,17 @@ class OpTable:
 
     def environment(self, kind: str, name: str) -> Optional[EnvironmentRecord]:
         return _most_specific(self._environment.values(), lambda r: r.name, lambda r: r.matches(kind, name))
+
+    def config(self, key: str, value: str) -> Optional[EnvironmentRecord]:
+        """The ``config`` record of a configuration key (lower case) holding ``value``: the most
+        specific value glob first, then the most specific key glob (ties: the later record)."""
+        best, best_rank = None, None
+        for record in self._environment.values():
+            if record.matches("config", key) and record.holds(value):
+                rank = (specificity(record.value), specificity(record.name))
+                if best_rank is None or rank >= best_rank:
+                    best, best_rank = record, rank
+        return best
 
     def packages(self) -> List[PackageRecord]:
         return list(self._packages.values())

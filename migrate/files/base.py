@@ -69,6 +69,10 @@ class Scan:
     def line(self, offset: int) -> int:
         return self.position(offset)[0]
 
+    def line_start(self, line: int) -> int:
+        """The offset where 1-based ``line`` starts (the last line's start past the end)."""
+        return self._starts[min(max(line, 1), len(self._starts)) - 1]
+
     def report(self, at: int, code: str, message: str, fallback: Optional[Fallback], api: Optional[str] = None) -> None:
         self.sites.append(TextSite(Finding(code, message, "reported", api=api, fallback=fallback), at))
 
@@ -84,6 +88,9 @@ class FileKind:
     language: ClassVar[str] = "text"  # the code-fence language of its examples in the doc pages
     declares_packages: ClassVar[bool] = False  # its files are always scanned (the package matrix needs them)
     triggers: ClassVar[Tuple[bytes, ...]] = ()  # else: a file is scanned only if one of these occurs
+    # its files are often data (a JSON dataset, YAML that configures nothing): one without a trigger,
+    # over the size limit or not UTF-8 is an other file, copied as it is (not counted as scanned)
+    maybe_data: ClassVar[bool] = False
 
     def matches(self, path: str, head: bytes = b"") -> bool:
         """Whether ``path`` (relative, forward slashes) is a file of this kind; ``head``: its first bytes."""
@@ -92,7 +99,7 @@ class FileKind:
     def scan(self, scan: Scan) -> None:
         raise NotImplementedError
 
-    def problem(self, text: str) -> Optional[str]:
+    def problem(self, text: str, path: str = "") -> Optional[str]:
         """Why a migrated text is not a valid file of this kind (None: valid, or not checkable)."""
         return None
 

@@ -37,6 +37,15 @@ DECLARATIONS: Tuple[DiagnosticCode, ...] = (
     _code("NPU136", "release-without-npu",
           "a package pinned to a release that predates its NPU support (deepspeed<0.9.3, ...): reported",
           "release_without_npu"),
+    _code("NPU137", "config-accelerator",
+          "an accelerator choice in a YAML/JSON config (Lightning accelerator: gpu, Accelerate distributed_type: "
+          "MULTI_GPU): reported with the NPU plan", "config_accelerator"),
+    _code("NPU138", "config-cuda-value",
+          "a whole cuda/nccl value in a YAML/JSON config where the key is not known to name the device or backend "
+          "(a list of choices, another tool's setting): kept and reported", "config_cuda_value"),
+    _code("NPU139", "config-unreadable",
+          "a YAML/JSON file that mentions CUDA, NCCL or GPUs but does not parse (a template, JSON Lines): not "
+          "checked; reported", "config_unreadable"),
     _code("NPU220", "torch-npu-requirement",
           "an exact torch pin gains the matching torch-npu requirement beside it (where the code imports torch_npu)",
           "torch_npu_requirement", rewrites=True),
@@ -48,8 +57,12 @@ DECLARATIONS: Tuple[DiagnosticCode, ...] = (
     _code("NPU223", "nvidia-smi",
           "nvidia-smi whose output is only shown → npu-smi info (reported where its output is parsed)",
           "nvidia_smi", rewrites=True),
+    _code("NPU224", "config-device-backend",
+          "a device or collective-backend value of a YAML/JSON config → its NPU name (device: cuda → npu, "
+          "backend: nccl → hccl; where the code imports torch_npu)", "config_device_backend", rewrites=True),
 )
 
 # The report's "dependencies and environment" section groups findings by these codes.
 DEPENDENCY_CODES = frozenset({"NPU130", "NPU131", "NPU132", "NPU136", "NPU220"})
-ENVIRONMENT_CODES = frozenset({"NPU133", "NPU134", "NPU135", "NPU221", "NPU222", "NPU223"})
+ENVIRONMENT_CODES = frozenset({"NPU133", "NPU134", "NPU135", "NPU137", "NPU138", "NPU221", "NPU222", "NPU223",
+                               "NPU224"})

@@ -50,7 +50,7 @@ class CondaEnvironment(FileKind):
     def matches(self, path: str, head: bytes = b"") -> bool:
         return bool(_NAME.match(path.rsplit("/", 1)[-1]))
 
-    def problem(self, text: str) -> Optional[str]:
+    def problem(self, text: str, path: str = "") -> Optional[str]:
         try:
             yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -106,6 +106,8 @@ def _migrate(path: str, data: bytes, kind: FileKind, table: OpTable, facts: Fact
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if kind.maybe_data:
+            return FileResult(path, "skipped", kind=kind.name)
         return error_result(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
     scan = Scan(path, text, table, facts)
     kind.scan(scan)
@@ -128,7 +130,7 @@ def _migrate(path: str, data: bytes, kind: FileKind, table: OpTable, facts: Fact
         migrated = apply_edits(text, [e for s in rewriting for e in s.edits])
     if migrated == text:
         return _result(path, "unchanged", kind, scan, sites)
-    problem: Optional[str] = kind.problem(migrated)
+    problem: Optional[str] = kind.problem(migrated, path)
     if problem:
         return error_result(path, diagnostics.OUTPUT_INVALID,
                             f"the rewritten file would not be a valid {kind.name} file ({problem}); left unchanged")

@@ -10,6 +10,7 @@ from typing import Optional, Tuple
 
 from npu_migrate.migrate.files.base import FileKind
 from npu_migrate.migrate.files.conda_env import CondaEnvironment
+from npu_migrate.migrate.files.config_file import ConfigFile
 from npu_migrate.migrate.files.dockerfile import Dockerfile
 from npu_migrate.migrate.files.dotenv import DotEnv
 from npu_migrate.migrate.files.makefile import Makefile
@@ -29,6 +30,7 @@ KINDS: Tuple[FileKind, ...] = (
     Dockerfile(),
     Makefile(),
     DotEnv(),
+    ConfigFile(),  # any other YAML/JSON file; after the conda environment files
 )
 BY_NAME = {kind.name: kind for kind in KINDS}
 

@@ -105,7 +105,7 @@ class Pyproject(FileKind):
         name = path.rsplit("/", 1)[-1]
         return name.startswith("pyproject") and name.endswith(".toml")  # pyproject-<variant>.toml files too
 
-    def problem(self, text: str) -> Optional[str]:
+    def problem(self, text: str, path: str = "") -> Optional[str]:
         if tomllib is None:
             return None
         try:

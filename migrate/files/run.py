@@ -100,6 +100,8 @@ def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, en
     try:
         data = read_source(root / rel, limits.max_bytes)
     except SourceError as exc:
+        if exc.code == diagnostics.TOO_LARGE and kind.maybe_data:
+            return FileResult(rel, "skipped", kind=kind.name)
         result = error_result(rel, exc.code, exc.message)
         result.kind = kind.name
         return result
@@ -160,16 +162,24 @@ def _manual(finding: Finding) -> Fallback:
 
 def migrate_all(root: Path, declared: Sequence[Tuple[str, FileKind]], results: List[FileResult], table: OpTable,
                 enabled_in: EnabledIn = lambda path: (lambda code: True, ""), limits: Limits = Limits(),
-                cache=None) -> List[FileResult]:
-    """The results of the declared files; ``results`` (the Python files') get their setup.py findings.
-    ``enabled_in``: a file's path -> (whether a code is on in it, what decides that as a cache-key part)."""
+                cache=None) -> Tuple[List[FileResult], List[str]]:
+    """The results of the declared files, and the files that turned out to be data (a ``maybe_data``
+    kind's file with nothing to read: copied as other files). ``results`` (the Python files') get
+    their setup.py findings. ``enabled_in``: a file's path -> (whether a code is on in it, what
+    decides that as a cache-key part)."""
     facts_ = facts(root, results)
-    out = [_one(root, rel, kind, table, facts_, enabled_in, limits, cache) for rel, kind in declared]
+    out, data = [], []
+    for rel, kind in declared:
+        result = _one(root, rel, kind, table, facts_, enabled_in, limits, cache)
+        if kind.maybe_data and result.status == "skipped":
+            data.append(rel)
+        else:
+            out.append(result)
     setup_kind = BY_NAME.get("setup.py")
     if setup_kind is not None:
         for i, result in enumerate(results):
             if posixpath.basename(result.path) == SETUP_PY and result.status != "error" and result.kind == "python":
                 scanned = _one(root, result.path, setup_kind, table, facts_, enabled_in, limits, cache)
                 results[i] = _merge_setup_py(result, scanned)
-    return out
+    return out, data
 

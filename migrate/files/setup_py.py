@@ -96,7 +96,7 @@ class SetupPy(FileKind):
     def matches(self, path: str, head: bytes = b"") -> bool:
         return False  # a Python file: migrate.files.run scans it after the Python rules
 
-    def problem(self, text: str) -> Optional[str]:
+    def problem(self, text: str, path: str = "") -> Optional[str]:
         try:
             ast.parse(text)
         except SyntaxError as exc:

@@ -50,7 +50,7 @@ def op_table_keys(table=None) -> Dict[str, Tuple[str, ...]]:
     for index in table.indexes():
         keys.setdefault(index.code, []).append(f"index:{index.index}")
     for env in table.environment_records():
-        keys.setdefault(env.code, []).append(f"{env.kind}:{env.name}")
+        keys.setdefault(env.code, []).append(f"{env.kind}:{env.name}" + (f"={env.value}" if env.value else ""))
     return {code: tuple(sorted(set(apis))) for code, apis in keys.items()}
 
 

@@ -35,7 +35,7 @@ class Breaking(Clashing):
     def scan(self, scan):
         scan.rewrite(0, "NPU221", "breaks it", [TextEdit(0, 1, "[")], target="[")
 
-    def problem(self, text):
+    def problem(self, text, path=""):
         return "unbalanced" if text.startswith("[") else None
 
 
