@@ -22,7 +22,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from npu_migrate.migrate.files.base import Scan
-from npu_migrate.migrate.files.declared import CONDA, PIP, Declared
+from npu_migrate.migrate.files.declared import CONDA, PIP, Declared, parse
 from npu_migrate.migrate.findings import Requirement
 from npu_migrate.opmap import Fallback
 from npu_migrate.opmap.reference import TorchNpuRelease, torch_npu_releases
@@ -77,8 +77,33 @@ def _check(scan: Scan, item: Declared) -> None:
         scan.report(item.at, record.code, f"{item.spec}: {item.name} {item.pinned} is outside the releases that "
                                           f"work on an NPU ({record.version}): {record.reason}", record.fallback,
                     api=item.name)
+    elif record is not None and record.version and item.pinned is None and _below(record.version, item.spec):
+        scan.report(item.at, record.code, f"{item.spec}: every release it allows predates the releases that work "
+                                          f"on an NPU ({record.version}): {record.reason}", record.fallback,
+                    api=item.name)
     scan.requirements.append(Requirement(item.name, item.spec, scan.line(item.at), status, item.group,
                                          record.replacement if record is not None else None))
+
+
+def _below(rule: str, spec: str) -> bool:
+    """Whether a PEP 508 declaration's upper bound (``<0.9``, ``<=0.9.2``, ``~=0.8.0``) keeps it under the
+    first release the rule admits (the rule's ``>=``/``>`` bound)."""
+    requirement = parse(spec)
+    try:
+        floors = [Version(s.version) for s in SpecifierSet(rule) if s.operator in (">=", ">")]
+        if requirement is None or not floors:
+            return False
+        first = max(floors)
+        for s in requirement.specifier:
+            bound = Version(s.version.rstrip(".*")) if s.operator in ("<", "<=", "~=") else None
+            if s.operator == "~=":  # ~=X.Y.Z means <X.(Y+1): under ``first`` when X.(Y+1) <= first
+                release = bound.release[:-1] or bound.release
+                bound = Version(".".join(map(str, (*release[:-1], release[-1] + 1))))
+            if bound is not None and (bound < first or bound == first and s.operator in ("<", "~=")):
+                return True
+    except InvalidVersion:
+        return False
+    return False
 
 
 def _admits(rule: str, version: str) -> bool:
