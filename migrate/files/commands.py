@@ -13,7 +13,7 @@ import shlex
 from typing import List, Optional
 
 from npu_migrate.migrate.files.base import TextEdit
-from npu_migrate.migrate.files.declared import conda_spec, declared, from_url
+from npu_migrate.migrate.files.declared import conda_spec, requirement
 from npu_migrate.migrate.files.environment import Launcher
 from npu_migrate.migrate.files.shell_words import ASSIGNMENT, Command, Shell, Word
 
@@ -185,7 +185,7 @@ def _pip(launcher: Launcher, args: List[Word], group: str) -> None:
             skip = option in _PIP_VALUE_OPTIONS and not inline
             continue
         sibling = None if replaces_index else _after(word)
-        launcher.package(declared(value, word.start, group, sibling) or from_url(value, word.start, group))
+        launcher.package(requirement(value, word.start, group, sibling))
 
 
 def _after(word: Word):

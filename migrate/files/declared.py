@@ -69,20 +69,45 @@ def declared(text: str, at: int, group: str, sibling=None, hashed: bool = False)
 
 _EGG = re.compile(r"[#&]egg=(?P<egg>[A-Za-z0-9_.-]+)")
 _REPO = re.compile(r"/(?P<repo>[A-Za-z0-9_.-]+?)(\.git)?(@[^/#]*)?(#.*)?$")
+# a wheel ({name}-{version}(-{build})?-{python}-{abi}-{platform}.whl) or a source archive ({name}-{version}.tar.gz)
+_ARCHIVE = re.compile(r"(?:^|/)(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[0-9][^-/]*?)(?:-[^/]*)?\.(?:whl|tar\.gz|zip)$")
 
 
-def from_url(url: str, at: int, group: str) -> Optional[Declared]:
-    """A requirement given as a bare URL (``git+https://github.com/org/repo.git@ref#egg=name``, a
-    wheel URL): its name from ``#egg=``, else the wheel's or the repository's name."""
-    text = url.strip()
-    if "://" not in text:
+def from_url(location: str, at: int, group: str) -> Optional[Declared]:
+    """A requirement given as a URL (``git+https://github.com/org/repo.git@ref#egg=name``, a wheel URL)
+    or as the path of a wheel or source archive (``flash_attn-2.7.4+cu12torch2.6-cp311-...whl``): its
+    name from ``#egg=``, else the archive's or the repository's name; an archive's version is its pin
+    (a ``+cu121`` label included)."""
+    text = location.strip()
+    archive = _ARCHIVE.search(text.split("#", 1)[0])
+    if "://" not in text and archive is None:
         return None
-    wheel = re.search(r"/(?P<name>[A-Za-z0-9_.]+)-[0-9][^/]*\.(whl|tar\.gz|zip)$", text)
     egg, repo = _EGG.search(text), _REPO.search(text)
-    name = wheel.group("name") if wheel else egg.group("egg") if egg else repo.group("repo") if repo else None
+    name = archive.group("name") if archive else egg.group("egg") if egg else repo.group("repo") if repo else None
     if not name:
         return None
-    return Declared(normalise(name), text, at, group, url=re.sub(r"^[a-z]+\+", "", text))
+    pinned = local = None
+    if archive:
+        try:
+            version = Version(archive.group("version"))
+            pinned, local = version.public, version.local
+        except InvalidVersion:
+            pass
+    url = re.sub(r"^[a-z]+\+", "", text) if "://" in text else None
+    return Declared(normalise(name), text, at, group, pinned, local, url=url)
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+ARCHIVES = (".whl", ".tar.gz", ".tgz", ".tar.bz2", ".tar", ".zip")
+
+
+def requirement(text: str, at: int, group: str, sibling=None, hashed: bool = False) -> Optional[Declared]:
+    """What pip reads in a requirement line or an install argument: a URL, a path (``./x``, ``/x``) or an
+    archive file name is a location (``from_url``), anything else a PEP 508 requirement."""
+    stripped = text.strip()
+    if _SCHEME.match(stripped) or stripped.startswith((".", "/", "~")) or stripped.lower().endswith(ARCHIVES):
+        return from_url(stripped, at, group)
+    return declared(text, at, group, sibling, hashed)
 
 
 _CONDA = re.compile(r"^(?:(?P<channel>[\w.-]+)::)?(?P<name>[A-Za-z0-9_.-]+)\s*(?P<rest>.*)$")

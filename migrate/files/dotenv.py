@@ -18,7 +18,7 @@ _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 def _value(raw: str):
     """The literal value (quotes and a trailing comment removed), None when it references others."""
-    if raw[:1] in "'\"" and raw.count(raw[0]) >= 2:
+    if raw and raw[0] in "'\"" and raw.count(raw[0]) >= 2:
         quoted = raw[1:raw.index(raw[0], 1)]
         return None if raw[0] == '"' and "$" in quoted else quoted
     raw = re.sub(r"[ \t]+#.*$", "", raw)

@@ -14,7 +14,7 @@ import re
 from typing import Iterator, List, Tuple
 
 from npu_migrate.migrate.files.base import FileKind, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, declared, from_url
+from npu_migrate.migrate.files.declared import Declared, from_url, requirement as declaration
 from npu_migrate.migrate.files.packages import check_index, check_packages
 
 _NAME = re.compile(r"(?i)^(.*[-_.])?(requirements?|reqs?|constraints?)([-_.].*)?\.(txt|in)$")
@@ -84,8 +84,7 @@ class Requirements(FileKind):
                 continue
             options = _TRAILING_OPTIONS.search(line)
             requirement = line[:options.start()] if options else line
-            item = declared(requirement, at, "requirements", _sibling(scan.text, end), hashed="--hash" in line) \
-                or from_url(requirement, at, "requirements")
+            item = declaration(requirement, at, "requirements", _sibling(scan.text, end), hashed="--hash" in line)
             if item is not None:
                 found.append(item)
         check_packages(scan, found)

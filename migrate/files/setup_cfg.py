@@ -43,7 +43,7 @@ class SetupCfg(FileKind):
             at += len(line)
             if not stripped or stripped.startswith(("#", ";")):
                 continue
-            if body[:1] in " \t":  # a continuation line of the current key
+            if body[0] in " \t":  # a continuation line of the current key (body is not blank here)
                 if group is not None:
                     offset = start + len(body) - len(body.lstrip())
                     self._one(scan, stripped, offset, group, found, _sibling(scan.text, offset))

@@ -24,3 +24,19 @@ def test_a_release_rule_flags_pins_and_upper_bounds_that_exclude_every_npu_relea
     result = migrate_file("requirements.txt", f"{line}\n".encode(), kind_of("requirements.txt"), table, Facts())
     assert [f.code for f in result.findings] == (["NPU136"] if reported else [])
     assert [r.status for r in result.requirements] == ["compatible"]  # still a row of the matrix
+
+
+@pytest.mark.parametrize("line, code", [
+    ("./wheels/flash_attn-2.7.4.post1+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl", "NPU131"),
+    ("https://example.org/whl/torch-2.4.0+cu121-cp311-cp311-linux_x86_64.whl", "NPU131"),
+    ("xformers-0.0.27.tar.gz", "NPU130"),
+])
+def test_wheel_and_archive_paths_are_declarations_with_their_version(table, line, code):
+    result = migrate_file("requirements.txt", f"{line}\n".encode(), kind_of("requirements.txt"), table, Facts())
+    assert [f.code for f in result.findings] == [code]
+
+
+def test_an_empty_value_in_a_dotenv_file_is_a_value(table):
+    result = migrate_file(".env", b'API_HOST=\nKEY=""\nCUDA_VISIBLE_DEVICES=\n', kind_of(".env"), table, Facts())
+    assert result.status == "unchanged"
+    assert [(f.line, f.code, f.action) for f in result.findings] == [(3, "NPU221", "reported")]  # "" is no device list
