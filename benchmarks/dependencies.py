@@ -110,11 +110,24 @@ def migrate(source: Path, work: Path, *options: str) -> Tuple[Path, dict]:
 
 
 # -- the independent check: which lines declare something CUDA-specific -----------------------------
+def _code(line: str) -> str:
+    """A TOML/YAML/INI line without its ``#`` comment (a ``#`` inside quotes is kept)."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" or char == ";" and not line[:i].strip():
+            return line[:i]
+    return line
+
+
 def _lines_with(text: str, strings: Set[str]) -> Set[int]:
-    """The lines of ``text`` on which one of ``strings`` (each mentioning CUDA) is written."""
+    """The lines of ``text`` on which one of ``strings`` (each mentioning CUDA) is written, outside comments."""
     lines = set()
     for number, line in enumerate(text.splitlines(), start=1):
-        if any(s in line for s in strings):
+        if any(s in _code(line) for s in strings):
             lines.add(number)
     return lines
 
@@ -137,8 +150,10 @@ def pyproject_sites(text: str) -> Set[int]:
     parts = [project.get("dependencies", []), project.get("optional-dependencies", {}),
              data.get("dependency-groups", {}), data.get("build-system", {}).get("requires", []),
              tool.get("poetry", {}).get("dependencies", {}), tool.get("poetry", {}).get("group", {}),
-             tool.get("pdm", {}).get("dev-dependencies", {}), tool.get("uv", {}).get("index", []),
-             tool.get("uv", {}).get("sources", {}), tool.get("poetry", {}).get("source", [])]
+             tool.get("pdm", {}).get("dev-dependencies", {}), tool.get("uv", {}).get("sources", {})]
+    indexes = [*tool.get("uv", {}).get("index", []), *tool.get("poetry", {}).get("source", []),
+               *tool.get("pdm", {}).get("source", [])]
+    parts.append([i.get("url", "") for i in indexes if isinstance(i, dict)])  # an index is its URL (its name a label)
     found = {s for part in parts for s in _strings(part) if MENTION.search(s)}
     return _lines_with(text, found)
 
@@ -182,13 +197,13 @@ def setup_py_sites(text: str) -> Set[int]:
     return lines
 
 
-def launcher_sites(text: str) -> Set[int]:
+def launcher_sites(text: str, dockerfile: bool = False) -> Set[int]:
     """Shell, Dockerfile, Makefile, .env: environment variables, GPU tools, base images and installed
     packages that mention CUDA/NCCL/NVIDIA, outside comments."""
     lines = set()
     for number, line in enumerate(text.splitlines(), start=1):
         code = re.sub(r"(^|\s)#.*$", "", line)
-        if ENV_NAME.search(code) or COMMANDS.search(code) or (code.lstrip().upper().startswith("FROM ")
+        if ENV_NAME.search(code) or COMMANDS.search(code) or (dockerfile and code.lstrip().upper().startswith("FROM ")
                                                              and MENTION.search(code)) \
                 or (INSTALL.search(code) and MENTION.search(code)):
             lines.add(number)
@@ -240,7 +255,7 @@ def sites(kind: str, path: str, text: str) -> Set[int]:
                 raise
             found = {s for s in _strings(json.loads(text)) if WHOLE_VALUE.fullmatch(s) or ENV_NAME.fullmatch(s)}
             return _lines_with(text, {json.dumps(s) for s in found})
-    return launcher_sites(text)
+    return launcher_sites(text, kind == "dockerfile")
 
 
 def text_mentions(text: str, declared: Set[int]) -> int:

@@ -34,6 +34,8 @@ UNREADABLE = "NPU139"
 SUFFIXES = (".yaml", ".yml", ".json")
 ENV_KEYS = frozenset({"env", "envs", "environment", "env_vars", "envvars", "env_variables", "environment_variables",
                       "variables"})
+BUILD_ARGS = frozenset({"build-args", "build_args"})  # and compose's build: args:
+_BUILD_ARG_KEPT = "a build argument is read by the Dockerfile's ARG of that name, which this file does not rename"
 # keys whose string is a shell command line (CI steps, compose commands); list items only under the *script keys
 SHELL_KEYS = frozenset({"run", "script", "before_script", "after_script", "command", "entrypoint", "cmd"})
 SCRIPT_LISTS = frozenset({"script", "before_script", "after_script"})
@@ -81,14 +83,17 @@ class ConfigFile(FileKind):
             at = scan.line_start(exc.line)
             scan.report(at, UNREADABLE, f"{exc.message}: its values were not checked", _UNREADABLE_PLAN)
             return
-        launcher = Launcher(scan)
+        launcher, build_args = Launcher(scan), Launcher(scan, kept=_BUILD_ARG_KEPT)
         for document in documents:
-            environment = set()  # the nodes of environment mappings (the launcher decides them)
+            environment = set()  # the nodes of environment mappings (the launchers decide them)
             for path, node, item in walk(document):
-                if node.kind == MAP and path and path[-1].lower() in ENV_KEYS and not item:
-                    environment |= _environment_map(launcher, node)
-                elif node.kind == SEQ and path and path[-1].lower() in ENV_KEYS:
-                    environment |= _environment_list(launcher, node)
+                settings = None if item else _settings(path, launcher, build_args)
+                if node.kind == MAP and settings:
+                    environment |= _environment_map(settings, node)
+                elif node.kind == SEQ and settings:
+                    environment |= _environment_list(settings, node)
+                elif node.kind == SCALAR and settings and node.string and "=" in node.value:
+                    environment |= _environment_lines(settings, node)
                 elif node.kind == SCALAR and id(node) not in environment:
                     key = path[-1].lower() if path else ""
                     if key in IMAGE_KEYS and node.string and not item:
@@ -98,6 +103,7 @@ class ConfigFile(FileKind):
                         if path:
                             _value(scan, path, node, item)
         launcher.finish()
+        build_args.finish()
 
 
 def _value(scan: Scan, path: Tuple[str, ...], node: Node, item: bool) -> None:
@@ -126,6 +132,29 @@ def _value(scan: Scan, path: Tuple[str, ...], node: Node, item: bool) -> None:
     scan.rewrite(node.verbatim, record.code, f"{shown} → {new}", [TextEdit(node.verbatim, node.verbatim +
                                                                          len(node.value), new)],
                  target=new, api=where)
+
+
+def _settings(path: Tuple[str, ...], launcher: Launcher, build_args: Launcher) -> Optional[Launcher]:
+    """The launcher that decides the variables under ``path``: environment variables, or a Dockerfile's
+    build arguments (compose's ``build: args:``, CI's ``build-args:``; None: neither."""
+    key = path[-1].lower() if path else ""
+    if key in BUILD_ARGS or key == "args" and len(path) > 1 and path[-2].lower() == "build":
+        return build_args
+    return launcher if key in ENV_KEYS else None
+
+
+def _environment_lines(launcher: Launcher, node: Node) -> set:
+    """``build-args: |`` with one ``NAME=value`` a line (a literal block, or a one-line string)."""
+    start = node.body if node.body is not None else node.verbatim
+    if start is None:
+        return set()
+    text = launcher.scan.text
+    for match in re.finditer(r"(?m)^[ \t]*([A-Za-z_][A-Za-z0-9_]*)=(.*)$", text[start:node.end]):
+        at = start + match.start(1)
+        value = match.group(2).strip()
+        _assign(launcher, match.group(1), at, Node(SCALAR, start + match.start(2), start + match.end(2), value, True,
+                                                   start + match.start(2)))
+    return {id(node)}
 
 
 def _assign(launcher: Launcher, name: str, at: Optional[int], value: Optional[Node]) -> None:

@@ -39,8 +39,11 @@ class Use:
 
 
 class Launcher:
-    def __init__(self, scan: Scan) -> None:
-        self.scan = scan
+    """``kept``: why this file's variables are never renamed (None: they are renamed where exact), e.g.
+    a compose file's build arguments, which the Dockerfile's ``ARG`` of the same name reads."""
+
+    def __init__(self, scan: Scan, kept: Optional[str] = None) -> None:
+        self.scan, self.kept = scan, kept
         self.uses: List[Use] = []
         self.packages: List[Declared] = []
         self._images = set()
@@ -111,7 +114,7 @@ class Launcher:
     def _variable(self, record: EnvironmentRecord, name: str, uses: List[Use]) -> None:
         assignments = [u for u in uses if u.assigned]
         refused = [u for u in assignments if not self._exact(record, u)]
-        if record.status == "rename" and not refused:
+        if record.status == "rename" and not refused and self.kept is None:
             for use in uses:
                 how = _how(use, record)
                 self.scan.rewrite(use.start, record.code, f"{name} → {record.target}{how}",
@@ -141,6 +144,8 @@ class Launcher:
     def _why(self, record: EnvironmentRecord, name: str, use: Use, refused: List[Use]) -> str:
         if record.status != "rename":
             return f"{name}: {record.reason}"
+        if self.kept is not None:
+            return f"{name} not renamed to {record.target}: {self.kept}"
         if use in refused:
             value = f"value {use.value!r}" if use.value is not None else \
                 f"default {use.default!r}" if use.default is not None and record.dynamic else "a value set at run time"

@@ -47,13 +47,14 @@ def check_index(scan: Scan, url: str, at: int) -> None:
                     record.fallback, api=url)
 
 
-CUDA_EXTRA = re.compile(r"^(cu\d+|cuda)", re.I)  # name[cu12], name[cu121onlytorch240]: a CUDA build
+# name[cu12], name[cu121onlytorch240], name[flash-attn-cu130torch211], name[cuda12]: a CUDA build
+CUDA_EXTRA = re.compile(r"(^|[-_.])(cu\d{2,3}|cuda)", re.I)
 
 
 def check_group(scan: Scan, name: str, at: int) -> None:
     """An optional dependency group named after a CUDA build (``cu121 = [...]``): reported, its
     packages are reported one by one."""
-    if CUDA_EXTRA.match(name):
+    if CUDA_EXTRA.search(name):
         record = scan.table.package("*", name.lower())
         if record is not None and record.code:
             scan.report(at, record.code, f"optional dependency group {name!r} is named after a CUDA build: its "
@@ -65,7 +66,7 @@ def check_group(scan: Scan, name: str, at: int) -> None:
 def _check(scan: Scan, item: Declared) -> None:
     if item.url:
         check_index(scan, item.url, item.at)
-    cuda_extras = [extra for extra in item.extras if CUDA_EXTRA.match(extra)]
+    cuda_extras = [extra for extra in item.extras if CUDA_EXTRA.search(extra)]
     record = scan.table.package(item.name, item.local or (cuda_extras[0] if cuda_extras else None))
     status = record.status if record is not None else "unlisted"
     if record is not None and record.status != "compatible":

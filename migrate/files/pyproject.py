@@ -8,7 +8,7 @@ requirement beside it, in the same list (or on the next line of a Poetry table).
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan, TextEdit
 from npu_migrate.migrate.files.declared import Declared, declared, line_end, list_sibling
@@ -17,8 +17,11 @@ from npu_migrate.migrate.files.toml_values import Entry, TomlArray, TomlString, 
 
 try:
     import tomllib
-except ImportError:  # Python 3.10: the structure is read by toml_values alone
-    tomllib = None
+except ImportError:  # Python 3.10
+    try:
+        import tomli as tomllib
+    except ImportError:  # the structure is read by toml_values alone
+        tomllib = None
 
 _POETRY_EXACT = re.compile(r"^(==)?\s*(?P<version>\d+(\.\d+)*)(\+(?P<local>[\w.]+))?$")
 
@@ -96,6 +99,32 @@ def _poetry_line(requirement: str) -> str:
     return f'{name} = "{version}"\n'
 
 
+def _uv_indexes(data: Optional[dict]) -> Dict[str, str]:
+    """uv's named package indexes (``[[tool.uv.index]]``): name -> URL."""
+    indexes = ((data or {}).get("tool", {}).get("uv", {}) or {}).get("index", [])
+    return {i["name"]: i["url"] for i in indexes if isinstance(i, dict) and isinstance(i.get("name"), str)
+            and isinstance(i.get("url"), str)} if isinstance(indexes, list) else {}
+
+
+def _uv_source(scan: Scan, entry: Entry, indexes: Dict[str, str]) -> None:
+    """``[tool.uv.sources] torch = [{ index = "pytorch-cu130", extra = "vllm" }]``: a package routed to a
+    named index whose URL is a CUDA index is reported where the route names it."""
+    full = entry.table + entry.key
+    if len(full) != 4 or full[:3] != ("tool", "uv", "sources"):
+        return
+    routes = entry.value.items if isinstance(entry.value, TomlArray) else [entry.value]
+    for route in routes:
+        index = route.items.get("index") if isinstance(route, TomlTable) else None
+        url = indexes.get(index.value) if isinstance(index, TomlString) else None
+        record = scan.table.index(url) if url else None
+        if record is not None:
+            extra = route.items.get("extra")
+            where = f" for the extra {extra.value!r}" if isinstance(extra, TomlString) else ""
+            instead = f"; use {record.replacement}" if record.replacement else ""
+            scan.report(index.start, record.code, f"{full[3]} comes from the package index {index.value!r} ({url})"
+                                                  f"{where}: {record.reason}{instead}", record.fallback, api=url)
+
+
 class Pyproject(FileKind):
     name = "pyproject"
     language = "toml"
@@ -137,6 +166,7 @@ class Pyproject(FileKind):
                         one = declared(item.value, item.start, group, list_sibling(scan.text, item.start, item.end, item.quote))
                         if one is not None:
                             found.append(one)
+            _uv_source(scan, entry, _uv_indexes(data))
             group = _poetry_group(entry)
             if group is not None:
                 one = _poetry(scan, entry, group)

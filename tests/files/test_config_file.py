@@ -153,3 +153,21 @@ def test_config_records_are_checked_when_loaded(tmp_path, record, problem):
     with pytest.raises(SchemaError) as error:
         load_sections(path)
     assert problem in str(error.value) and error.value.line >= 2
+
+
+def test_build_arguments_are_reported_never_renamed(table):
+    text = ("services:\n  x:\n    build:\n      args:\n        CUDA_VISIBLE_DEVICES: '0'\n"
+            "    environment:\n      CUDA_VISIBLE_DEVICES: '0'\n"
+            "steps:\n  - with:\n      build-args: |\n        CUDA_VERSION=12.4\n        PYTHON_VERSION=3.11\n")
+    result = _migrate("compose.yaml", text, table)
+    assert result.migrated == text.replace("      CUDA_VISIBLE_DEVICES: '0'\nsteps", "      ASCEND_RT_VISIBLE_DEVICES: '0'\nsteps")
+    found = [(f.line, f.code, f.action) for f in result.findings]
+    assert found == [(5, "NPU221", "reported"), (7, "NPU221", "rewritten"), (11, "NPU133", "reported")]
+    assert "Dockerfile's ARG" in result.findings[0].message
+
+
+def test_uv_sources_routed_to_a_cuda_index_are_reported_where_they_name_it(table):
+    text = ('[project]\nname = "p"\n[tool.uv.sources]\ntorch = { index = "cu" }\n'
+            '[[tool.uv.index]]\nname = "cu"\nurl = "https://download.pytorch.org/whl/cu124"\n')
+    result = migrate_file("pyproject.toml", text.encode(), kind_of("pyproject.toml"), table, NPU)
+    assert [(f.line, f.code) for f in result.findings] == [(4, "NPU131"), (7, "NPU131")]
