@@ -40,6 +40,7 @@ _BUILD_ARG_KEPT = "a build argument is read by the Dockerfile's ARG of that name
 SHELL_KEYS = frozenset({"run", "script", "before_script", "after_script", "command", "entrypoint", "cmd"})
 SCRIPT_LISTS = frozenset({"script", "before_script", "after_script"})
 IMAGE_KEYS = frozenset({"image", "container"})  # a container image (compose, Kubernetes, CI jobs)
+_URL = re.compile(r"^\s*[a-z][a-z0-9+.-]*://\S+\s*$")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REFERENCES = re.compile(r"\$\{oc\.env:(?P<hydra>[A-Za-z_][A-Za-z0-9_]*)"
                          r"|\$\{\{[^}]*?\benv\.(?P<actions>[A-Za-z_][A-Za-z0-9_]*)"
@@ -98,6 +99,8 @@ class ConfigFile(FileKind):
                     key = path[-1].lower() if path else ""
                     if key in IMAGE_KEYS and node.string and not item:
                         launcher.image(node.value, node.start)
+                    elif node.string and _URL.match(node.value):  # a package index (torch_index_url: .../whl/cu124)
+                        launcher.index(node.value.strip(), node.start)
                     if not _shell(launcher, key, node, item):
                         _references(launcher, scan.text, node)
                         if path:
