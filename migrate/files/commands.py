@@ -86,6 +86,7 @@ def _command(launcher: Launcher, command: Command, group: str, counted: bool = F
             return
         head = words[k].value
     _tools(launcher, command, k, counted)
+    _ci_environment(launcher, command, words[k:])
     _gpu_counts(launcher, words[k:])
     _installs(launcher, words[k:], group)
 
@@ -112,6 +113,19 @@ def _tools(launcher: Launcher, command: Command, k: int, counted: bool) -> None:
             launcher.command(name, word.start, word.end, False, f"with options ({' '.join(args)})")
         else:
             launcher.command(name, word.start, word.end, True, "")
+
+
+def _ci_environment(launcher: Launcher, command: Command, words: List[Word]) -> None:
+    """``echo "NAME=value" >> $GITHUB_ENV``: a CI step setting NAME for the job's later steps (GitHub
+    Actions' idiom) is an assignment of NAME, like ``export NAME=value``."""
+    if words[0].value not in ("echo", "printf") or not any("GITHUB_ENV" in r.raw for r in command.redirects):
+        return
+    for word in words[1:]:
+        quote = 1 if word.raw[:1] in "'\"" else 0
+        match = ASSIGNMENT.match(word.raw[quote:])
+        if match:
+            value = word.value.partition("=")[2] if word.value is not None else None
+            launcher.assign(match.group(1), word.start + quote, value)
 
 
 def _gpu_counts(launcher: Launcher, words: List[Word]) -> None:

@@ -106,7 +106,7 @@ def test_report_json_schema(repo, tmp_path):
     reports = tmp_path / "r"
     invoke(repo, "--out", tmp_path / "out", "--report-dir", reports)
     report = _report(reports)
-    assert report["schema_version"] == 3
+    assert report["schema_version"] == 4
     assert report["summary"] == {
         "files_scanned": 5, "files_changed": 1, "files_unchanged": 1, "files_skipped": 2, "files_errored": 1,
         "files_other": 3, "files_excluded": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,

@@ -171,3 +171,14 @@ def test_uv_sources_routed_to_a_cuda_index_are_reported_where_they_name_it(table
             '[[tool.uv.index]]\nname = "cu"\nurl = "https://download.pytorch.org/whl/cu124"\n')
     result = migrate_file("pyproject.toml", text.encode(), kind_of("pyproject.toml"), table, NPU)
     assert [(f.line, f.code) for f in result.findings] == [(4, "NPU131"), (7, "NPU131")]
+
+
+def test_a_ci_step_that_writes_github_env_assigns_the_variable(table):
+    text = ("steps:\n  - run: |\n      echo \"CUDA_VISIBLE_DEVICES=0,1\" >> \"$GITHUB_ENV\"\n"
+            "      echo \"CUDA_VISIBLE_DEVICES=0,1 is the default\"\n"
+            "  - run: echo \"CUDA_HOME=${{ matrix.home }}\" >> $GITHUB_ENV\n")
+    result = _migrate(".github/workflows/t.yml", text, table)
+    assert result.migrated == text.replace("echo \"CUDA_VISIBLE_DEVICES=0,1\" >>",
+                                           "echo \"ASCEND_RT_VISIBLE_DEVICES=0,1\" >>")  # the plain echo is text
+    assert [(f.line, f.code, f.action) for f in result.findings] == [(3, "NPU221", "rewritten"),
+                                                                     (5, "NPU133", "reported")]
