@@ -110,6 +110,8 @@ def _migrate_task(task: Task) -> FileResult:
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
+            if hit.status == "changed":
+                hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
             return hit
     try:
         with time_budget(job.limits.max_seconds):
@@ -182,19 +184,21 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
 
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        progress: bool = False,
+        too_long: Sequence[Excluded] = (), progress: bool = False,
         limits: Limits = Limits(), cache=None, isolate: bool = True) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory.
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
-    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result).
+    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
+    ``too_long``: paths over PATH_MAX (each an NPU016 error result).
     """
     global _job
     root = Path(root)
     jobs = max(1, jobs or os.cpu_count() or 1)
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
+    results += [error_result(display(d.path), diagnostics.PATH_TOO_LONG, d.reason) for d in too_long]
     copied = list(copied)
     tasks = []
     for task in _tasks(python):

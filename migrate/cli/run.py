@@ -6,6 +6,7 @@ so ``migrate --help`` stays fast.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,8 +16,9 @@ from rich.markup import escape
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
-from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, confine, probe_writable
+from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
 from npu_migrate.migrate.console import console
+from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
@@ -72,7 +74,8 @@ def run_command(
             code = run_migration(path, out, in_place, force, report_dir, opmap, select, ignore_codes or None, jobs,
                                  check, diff, statistics=statistics, parity=_parity_json(parity),
                                  limits=Limits(max_file_size, file_timeout),
-                                 cache_dir=None if no_cache else (cache_dir or _default_cache_dir()))
+                                 cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
+                                 cache_given=cache_dir is not None)
     except (ConfigError, InPlaceRefused, SchemaError, JournalError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         code = exitcodes.CONFIG_ERROR
@@ -90,44 +93,67 @@ def _default_cache_dir() -> Path:
 
 def run_migration(path, out, in_place, force, report_dir, opmap, select, ignore, jobs, check, diff, *,
                   statistics: bool = False, parity: Optional[dict] = None, limits: Limits = Limits(),
-                  cache_dir: Optional[Path] = None) -> int:
-    """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too)."""
-    from npu_migrate.migrate.cli import summary as show
-    from npu_migrate.migrate.discovery import discover
-    from npu_migrate.migrate.outputs import report_json
-    from npu_migrate.migrate.outputs.changes import collect_changes
-    from npu_migrate.migrate.outputs.in_place import check_in_place, unfinished_journal
-    from npu_migrate.migrate.outputs.patch import build_patch
-    from npu_migrate.migrate.runner import run
+                  cache_dir: Optional[Path] = None, cache_given: bool = False) -> int:
+    """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too).
+
+    A run that writes holds the locks of the directories it writes (``migrate.outputs.lock``) from
+    before its checks to its last report; SIGTERM stops it the way Ctrl-C does."""
+    from npu_migrate.migrate.outputs.in_place import check_in_place
+    from npu_migrate.migrate.outputs.lock import LockedError, locked
     from npu_migrate.opmap import load_table
 
     writes = not (check or diff)
     paths = confine(path, out, in_place, report_dir)
-    root = paths.root
     try:
         table = load_table(opmap)
     except OSError as exc:
         raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
-    backup = False
-    if in_place and writes:
-        backup = check_in_place(root, force, exclude=[paths.report_dir])
-        problem = unfinished_journal(paths.report_dir)
-        if problem:
-            raise ConfigError(problem)
+    cache = _cache(cache_dir, cache_given, paths, opmap, select, ignore, limits)
+    backup = check_in_place(paths.root, force, exclude=[paths.report_dir]) if in_place and writes else False
     if writes:
         for directory in filter(None, (paths.out_dir, paths.report_dir)):
             probe_writable(directory)
+    held = [(paths.report_dir, "report directory")]
+    held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
+    try:
+        with terminate_as_interrupt(), (locked(held) if writes else nullcontext()):
+            return _migrate(path, paths, table, cache, limits, backup, select, ignore, jobs, check, diff,
+                            statistics=statistics, parity=parity)
+    except LockedError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _migrate(path, paths: Paths, table, cache, limits: Limits, backup: bool, select, ignore, jobs, check, diff, *,
+             statistics: bool, parity: Optional[dict]) -> int:
+    from npu_migrate.migrate.cli import summary as show
+    from npu_migrate.migrate.discovery import discover
+    from npu_migrate.migrate.outputs import report_json
+    from npu_migrate.migrate.outputs.changes import collect_changes
+    from npu_migrate.migrate.outputs.in_place import begin_in_place, unfinished_journal
+    from npu_migrate.migrate.outputs.journal import run_identity
+    from npu_migrate.migrate.outputs.patch import build_patch
+    from npu_migrate.migrate.runner import run
+
+    writes = not (check or diff)
+    root = paths.root
+    identity = None
+    if paths.out_dir is None and writes:
+        problem = unfinished_journal(paths.report_dir)
+        if problem:
+            raise ConfigError(problem)
+        identity = run_identity()
+        begin_in_place(paths.report_dir, root, identity)  # from here on the journal is this run's
 
     files = discover(root, exclude=[paths.report_dir])
     result = run(root, files.python, table, select=select, ignore=ignore, jobs=jobs, copied=files.other,
-                 excluded=files.excluded, unlistable=files.unlistable, progress=True, limits=limits,
-                 cache=_cache(cache_dir, opmap, select, ignore, limits))
+                 excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long, progress=True,
+                 limits=limits, cache=cache)
     changes = collect_changes(result)
     patch = build_patch(changes)
 
     if diff:
         typer.echo(patch, nl=False)
-    interrupted = _write(result, changes, paths, backup) if writes else False
+    interrupted = _write(result, changes, paths, backup, identity) if writes else False
     report = report_json.build(result)
     if statistics:
         typer.echo(show.statistics(report), nl=False)
@@ -140,28 +166,36 @@ def run_migration(path, out, in_place, force, report_dir, opmap, select, ignore,
     return INTERRUPTED if interrupted else _exit_code(report, result, changes, check)
 
 
-def _cache(cache_dir: Optional[Path], opmap, select, ignore, limits: Limits):
+def _cache(cache_dir: Optional[Path], given: bool, paths: Paths, opmap, select, ignore, limits: Limits):
+    """The result cache, or None. A cache directory that overlaps PATH, the output or the report
+    directory is refused (``--cache-dir``: a configuration error; the default: not used)."""
     if cache_dir is None:
         return None
-    from npu_migrate.migrate.cache import Cache, salt, unsafe
-
-    problem = unsafe(cache_dir)
-    if problem:
-        console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
-        return None
+    from npu_migrate.migrate.cache import Cache, salt
     from npu_migrate.migrate.rules import select_rules
     from npu_migrate.opmap.table import builtin_files
 
-    return Cache(cache_dir, salt([*builtin_files(), *opmap], select_rules(select, ignore), select, ignore, limits))
+    problem = cache_overlap(cache_dir, paths)
+    if problem and given:
+        raise ConfigError(problem)
+    cache = None
+    if problem is None:
+        cache = Cache(cache_dir, salt([*builtin_files(), *opmap], select_rules(select, ignore), select, ignore, limits),
+                      limits.max_bytes)
+        problem = cache.problem
+    if problem:
+        console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
+        return None
+    return cache
 
 
-def _write(result, changes, paths: Paths, backup: bool) -> bool:
+def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict]) -> bool:
     """Write the tree (or the in-place changes); returns whether Ctrl-C stopped the writing.
 
     The outcome lands in ``result.written`` either way, so the reports say what was written."""
     from npu_migrate.migrate.outputs.in_place import write_in_place
     from npu_migrate.migrate.outputs.journal import journal_dir
-    from npu_migrate.migrate.outputs.tree import mark_unwritten, python_paths, write_tree
+    from npu_migrate.migrate.outputs.tree import STAGING_DIR, mark_unwritten, python_paths, write_tree
     from npu_migrate.migrate.runner import WriteOutcome
 
     if paths.out_dir is None:
@@ -172,9 +206,9 @@ def _write(result, changes, paths: Paths, backup: bool) -> bool:
         intended = sorted({*result.copied, *python_paths(result), *(c.path for c in changes)})
     try:
         if paths.out_dir is None:
-            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written)
+            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written, identity)
         else:
-            write_tree(result, changes, paths.out_dir, result.written)
+            write_tree(result, changes, paths.out_dir, result.written, staging=paths.report_dir / STAGING_DIR)
     except KeyboardInterrupt:
         outcome = result.written
         outcome.complete = False
@@ -220,10 +254,16 @@ def finish_in_place(path: Path, report_dir: Optional[Path], in_place: bool, resu
     """``--resume`` / ``--revert``: finish or undo an in-place run from its journal."""
     from npu_migrate.migrate.outputs.in_place import finish_journal
 
+    from npu_migrate.migrate.outputs.lock import LockedError, locked
+
     if not in_place or (resume and revert):
         raise ConfigError("--resume and --revert go with --in-place, one at a time")
     paths = confine(path, None, True, report_dir)
-    outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
+    try:
+        with terminate_as_interrupt(), locked([(paths.root, "PATH"), (paths.report_dir, "report directory")]):
+            outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
+    except LockedError as exc:
+        raise ConfigError(str(exc)) from exc
     verb = "finished" if resume else "reverted"
     console.print(f"In-place run {verb}: {len(outcome.written)} files written, {len(outcome.failed)} not written",
                   soft_wrap=True)

@@ -74,6 +74,18 @@ def confine(path: Path, out: Optional[Path], in_place: bool, report_dir: Optiona
     return Paths(root, out_dir, report)
 
 
+def cache_overlap(cache_dir: Path, paths: Paths) -> Optional[str]:
+    """Why the cache directory may not be used with these paths (None when it may): a cache inside
+    PATH or the output would be written into them (and left there after ``--revert``)."""
+    cache = Path(os.path.abspath(cache_dir)).resolve()
+    for where, what in ((paths.root, "PATH"), (paths.out_dir, "the output directory"),
+                        (paths.report_dir, "the report directory")):
+        if where is not None and _overlap(cache, where):
+            return (f"the cache directory {cache} overlaps {what} {where} (symbolic links resolved); "
+                    "choose one outside it")
+    return None
+
+
 def probe_writable(directory: Path) -> None:
     """Create ``directory`` and a temporary file in it, or raise ``ConfigError`` with the OS error."""
     try:
