@@ -22,7 +22,7 @@ site costs O((edits + holes) log n).
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 import libcst as cst
 

@@ -20,7 +20,7 @@ import time
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Set
+from typing import Iterator, Optional, Sequence, Set
 
 DEAD_HOLDER_WAIT_SECONDS = 2.0  # a lock whose named holder is gone is retried this long
 _held: Set[int] = set()  # descriptors of the locks this process holds
@@ -114,13 +114,10 @@ def _lock(directory: Path, what: str) -> int:
 def locked(directories: Sequence[tuple]) -> Iterator[None]:
     """Hold the lock of each ``(directory, what)`` (created when missing) for the ``with`` block;
     ``LockedError`` when another process holds one (the locks taken so far are released)."""
-    fds: List[int] = []
     with ExitStack() as stack:
         for directory, what in sorted(directories, key=lambda item: str(item[0])):
             Path(directory).mkdir(parents=True, exist_ok=True)
-            fd = _lock(Path(directory), what)
-            fds.append(fd)
-            stack.callback(_release, fd)
+            stack.callback(_release, _lock(Path(directory), what))
         yield
 
 
