@@ -59,7 +59,7 @@ def _start(cwd: Path, *args, slow_seconds="600"):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _wait_for_slow(process, seconds=120.0) -> int:
+def _wait_for_slow(process, seconds=300.0) -> int:
     """The pid of the worker that is busy on the slow file (from the run's stderr)."""
     selector = selectors.DefaultSelector()
     selector.register(process.stderr, selectors.EVENT_READ)
