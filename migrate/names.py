@@ -179,7 +179,7 @@ class NameResolver:
 
     def _bind_star_names(self) -> None:
         """Names read but bound nowhere in the module come from its star import (see the docstring)."""
-        scopes = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        scopes = self._scopes = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider)
         unbound = {access.node.value for scope in set(scopes.values()) if scope is not None
                    for access in scope.accesses if not access.referents and isinstance(access.node, cst.Name)}
         unbound -= set(self.imports) | self.other_bindings
