@@ -91,12 +91,13 @@ _MEASURE = ("import resource, subprocess, sys\n"
 
 
 # what each case checks in the migrated tree beyond the exit code and the ordinary file
+NPU = b"import torch_npu  # noqa: F401"
 EXPECTED_TEXT = {
-    "bom-cr-mixed-endings": {"bom.py": b"\xef\xbb\xbfimport torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n",
-                             "cr.py": b"import torch\rimport torch_npu\r\rx = torch.zeros(3).npu()\r",
-                             "mixed.py": b"import torch\r\nimport torch_npu\r\n\nx = torch.zeros(3).npu()\r# end\r"},
-    "shebang-script": {"train": b"#!/usr/bin/env python3\nimport torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n"},
-    "star-import": {"star.py": b"from torch import *\nimport torch_npu\n\nx = zeros(3, device=device('npu'))\n"},
+    "bom-cr-mixed-endings": {"bom.py": b"\xef\xbb\xbfimport torch\n" + NPU + b"\n\nx = torch.zeros(3).npu()\n",
+                             "cr.py": b"import torch\r" + NPU + b"\r\rx = torch.zeros(3).npu()\r",
+                             "mixed.py": b"import torch\r\n" + NPU + b"\r\n\nx = torch.zeros(3).npu()\r# end\r"},
+    "shebang-script": {"train": b"#!/usr/bin/env python3\nimport torch\n" + NPU + b"\n\nx = torch.zeros(3).npu()\n"},
+    "star-import": {"star.py": NPU + b"\nfrom torch import *\n\nx = zeros(3, device=device('npu'))\n"},
 }
 # directories a case may write besides out/ and reports/ (its cache, the scratch TMPDIR, an
 # earlier run's outputs, PATH itself for --in-place)

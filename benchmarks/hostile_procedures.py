@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from npu_migrate.migrate.cache import VERSION
+
 TOKEN_VARIABLE = "NPU_MIGRATE_HOSTILE_CASE"
 OK = "import torch\n\nx = torch.zeros(3).cuda()\n"
 # a file that keeps a worker busy for a minute or more (100,000 terms; --file-timeout 120)
@@ -131,8 +133,8 @@ def _forged_cache(attack: str) -> Callable[[Path, Runner], Outcome]:
     def procedure(case: Path, runner: Runner) -> Outcome:
         repo, cache = _repo(case / "repo", {"ok.py": OK}), case / "cache"
         runner.run(repo, "--out", case / "warm-out", "--report-dir", case / "warm-reports", "--cache-dir", cache)
-        entries = sorted((cache / "v2").rglob("*.json"))
-        key = (cache / "v2" / "key").read_bytes()
+        entries = sorted((cache / f"v{VERSION}").rglob("*.json"))
+        key = (cache / f"v{VERSION}" / "key").read_bytes()
         for entry in entries:
             _attack(entry, key, attack)
         done = runner.run(repo, "--out", case / "out", "--report-dir", case / "reports", "--cache-dir", cache)

@@ -10,6 +10,10 @@ What maps (:func:`plan` says None for everything else):
 * no ``pse``, no dropout (``keep_prob`` 1), a non-varlen layout (BNSD/BSND/BSH/SBH, viewed as BNSD),
   ``Dv == D`` (the fused kernel takes one head size), no empty dimension, a CPU backing device
   (the CUDA fused kernels are not wired up: a CUDA call keeps the blocked path);
+* q, k and v with unit stride along D: the fused kernel reads each row as D consecutive elements
+  without checking (given a ``transpose(-1, -2)`` view it returned values off by up to 3e38, where
+  ``F.scaled_dot_product_attention`` on the same view is right; any other strides are fine). The
+  op's inputs arrive contiguous (``kernels.registry``), so their BNSD views always qualify;
 * GQA/MQA: the CPU flash kernel takes fewer key/value heads natively (no repeat);
 * masks: none (sparse_mode, pre/next ignored, as on the NPU); the compressed causal mask with
   ``sparse_mode=2`` (causal anchored top-left: SDPA's ``is_causal``, whatever Sq and Skv) or
@@ -59,7 +63,8 @@ class SdpaPlan:
 def _maps(call) -> bool:
     q, k, v = call.q, call.k, call.v
     return (call.pse is None and call.keep_prob >= 1 and not call.varlen and q.device.type == "cpu"
-            and v.shape[3] == q.shape[3] and min(q.shape) > 0 and k.shape[2] > 0)
+            and v.shape[3] == q.shape[3] and min(q.shape) > 0 and k.shape[2] > 0
+            and all(t.stride(3) == 1 for t in (q, k, v)))
 
 
 def plan(call) -> Optional[SdpaPlan]:

@@ -73,12 +73,12 @@ def npu_swiglu(self, dim=-1):
 
     Like the kernel, refuses non-contiguous and empty input: torch_npu's API page for
     ``npu_swiglu`` (Ascend Extension for PyTorch 7.2.0, "(beta)torch_npu.npu_swiglu") says of
-    ``input`` "不支持非连续的Tensor，不支持空Tensor" (no non-contiguous tensor, no empty tensor).
+    ``input`` "不支持非连续的Tensor，不支持空Tensor" (no non-contiguous tensor, no empty tensor). The
+    contiguity rule is declared with the others in ``opmap/reference/torch_npu_contiguous_inputs.txt``
+    and enforced by the registry.
     """
     op = "npu_swiglu"
     require(self.numel() > 0, op, f"self must not be empty, got shape {tuple(self.shape)}")
-    require(self.is_contiguous(), op,
-            "self must be contiguous (the kernel rejects non-contiguous input); call .contiguous() first")
     a, b = _halves(op, self, dim)
     return (F.silu(a) * b).to(self.dtype)
 

@@ -5,6 +5,13 @@ Weights are ``[K, N]`` (or one ``[E, K, N]`` tensor), NOT ``nn.Linear``'s ``[N, 
 ``group_list`` (``group_list_type`` 0: cumulative ends, 1: per-group counts). ``split_item`` 0/1
 returns one output per group, 2/3 one output concatenated along M. The quantised variants are
 not emulated; no backward on a real NPU.
+
+Views: the kernel computes on the values of any view, with two documented exceptions for a
+``group_list`` tensor (or none), the overload whose rules the op's page tabulates
+(Ascend/op-plugin ``docs/context/torch_npu-npu_grouped_matmul.md``, "group_list输入类型为Tensor时"):
+"x不支持转置" (no transposed x) and "支持weight转置，但weight中每个tensor是否转置需保持统一"
+(weights may be transposed, all of them or none). "Transposed" is the page's own definition: a [M, K] tensor
+with strides [1, M].
 """
 
 from __future__ import annotations
@@ -56,6 +63,23 @@ def _group_sizes(group_list, group_list_type: int, groups: int, m: int) -> list:
     return sizes
 
 
+def _transposed(t: torch.Tensor) -> bool:
+    """Laid out with its last two dims swapped: [M, K] with strides [1, M] (a stack: per matrix)."""
+    return t.dim() >= 2 and not t.is_contiguous() and t.transpose(-1, -2).is_contiguous()
+
+
+def _views(x, weight, *, group_list=None, **_unused):
+    """The documented layout rules (module doc) of the group_list-tensor overload."""
+    if isinstance(group_list, (list, tuple)):
+        return
+    for i, xi in enumerate(_as_list(x, "x")):
+        require(not _transposed(xi), _OP,
+                f"x[{i}] is transposed (strides {xi.stride()}); the kernel takes no transposed x (call .contiguous() first)")
+    flags = {_transposed(w) for w in _as_list(weight, "weight")}
+    require(len(flags) <= 1, _OP, "weight mixes transposed and untransposed tensors; the kernel takes them all "
+            "transposed or none")
+
+
 def _fake(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None, antiquant_offset=None,
           per_token_scale=None, group_list=None, activation_input=None, activation_quant_scale=None,
           activation_quant_offset=None, split_item=0, group_type=None, group_list_type=0, act_type=0,
@@ -81,7 +105,7 @@ def _fake(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None
     return ys
 
 
-@npu_op(fake=_fake)
+@npu_op(fake=_fake, views=_views)
 def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None,
                        antiquant_offset=None, per_token_scale=None, group_list=None, activation_input=None,
                        activation_quant_scale=None, activation_quant_offset=None, split_item=0, group_type=None,

@@ -138,7 +138,7 @@ def _save(ctx, args, outputs):
 
 def _grads(ctx, grad_y, *_unused):
     x, expert_idx = ctx.saved_tensors
-    x_norm = _norm(x, ctx.args["norm_type"])
+    x_norm = _norm(x.contiguous(), ctx.args["norm_type"])  # as the forward computed it (kernels.registry)
     return {"x": torch.ops.npu.npu_moe_gating_top_k_backward(x_norm, grad_y, expert_idx, **ctx.args).to(x.dtype)}
 
 

@@ -146,12 +146,16 @@ def npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='h
 
     Atlas A2/A3 limits: layout BSND (4-D) or TND (3-D), ``'half'`` only, D in {64, 128},
     cos/sin ``(B, S, 1, D)`` (TND: ``(T, 1, D)``), one dtype for all four; no backward (facts §2.4).
+    All four must be contiguous tensors ("要求为连续的Tensor", opmap/reference/
+    torch_npu_contiguous_inputs.txt; the registry refuses others), so the update writes exactly the
+    caller's elements, at any storage offset. Both results are computed before either is written,
+    so a query and key that share memory are each rotated once, from the values passed in.
     The schema declares no mutation (``-> (Tensor, Tensor)``), as in torch_npu: traced graphs see
     two new outputs, eager code sees its query and key changed.
     """
     _check_apply(query, key, cos, sin, layout, rotary_mode)
     c, s = cos.float(), sin.float()
-    for t in (query, key):
-        tf = t.float()
-        t.copy_(tf * c + _rotate(tf, "half") * s)
+    rotated = [(tf * c + _rotate(tf, "half") * s) for tf in (query.float(), key.float())]
+    for t, value in zip((query, key), rotated):
+        t.copy_(value)
     return query, key

@@ -15,14 +15,14 @@ A cache directory is not trusted, since its entries become code in the user's tr
 - an entry is opened without following a link, and used only when it is a regular file owned by
   this user, not writable by others, and at most ``max_entry_bytes`` (a FIFO or a link to
   ``/dev/zero`` is never read);
-- it carries an HMAC-SHA256 of its body under a secret key (``<cache-dir>/v2/key``, 32 random
+- it carries an HMAC-SHA256 of its body under a secret key (``<cache-dir>/v3/key``, 32 random
   bytes, 0600, made once), so an entry nobody with this user's key wrote is refused; it must also
   parse, have this format and version, repeat its own key and every field must have the expected
   type. Anything else (corrupt, truncated, foreign, older format) is ignored and overwritten.
 
 Entries are written atomically (temporary file, then rename), so concurrent runs and workers
 never see half an entry. Results that depend on the machine's load (time-budget errors) and
-worker crashes are never stored. Layout: ``<cache-dir>/v2/<key[:2]>/<key>.json``. The default
+worker crashes are never stored. Layout: ``<cache-dir>/v3/<key[:2]>/<key>.json``. The default
 directory is ``$NPU_MIGRATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/npu-migrate``, else
 ``~/.cache/npu-migrate``.
 """
@@ -47,7 +47,7 @@ from npu_migrate.migrate.limits import Limits
 from npu_migrate.opmap import Fallback
 
 FORMAT = "npu-migrate-cache"
-VERSION = 2  # 2: no stored diff, an HMAC instead of a plain checksum
+VERSION = 3  # 2: findings carry a notebook cell; 3: no stored diff, an HMAC instead of a plain checksum
 KEY_BYTES = 32
 ENTRY_FACTOR = 16  # an entry may be this many times the file-size limit (JSON escapes, findings) ...
 ENTRY_SLACK = 1 << 20  # ... plus this
@@ -112,8 +112,11 @@ def _finding(data) -> Optional[Finding]:
                 and all(isinstance(v, str) for v in fallback.values())):
             return None
         fallback = Fallback(fallback["plan"], fallback["detail"])
+    cell = data.get("cell")
+    if cell is not None and (not isinstance(cell, int) or isinstance(cell, bool)):
+        return None
     return Finding(data["code"], data["message"], data["action"], api=data.get("api"), target=data.get("target"),
-                   fallback=fallback, path=data["path"], line=data["line"], col=data["col"])
+                   fallback=fallback, path=data["path"], line=data["line"], col=data["col"], cell=cell)
 
 
 def _foreign(info: os.stat_result) -> Optional[str]:
@@ -205,9 +208,10 @@ class Cache:
             except OSError as exc:
                 self.problem = f"cannot use the cache directory {self.root}: {exc.strerror or exc}"
 
-    def key(self, path: str, digest: str, in_package: bool) -> str:
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}".encode("utf-8", "surrogateescape")
-                              ).hexdigest()
+    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
+        """``context``: what else decides this file's result (its per-file ignores, first-party names)."""
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}\0{context}".encode(
+            "utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"

@@ -1,6 +1,6 @@
-"""Finding the files of a tree: which ones to migrate (``.py``, and scripts whose ``#!`` line names
-python: ``is_python_script``), which to copy unchanged, and which are left out, each with its
-reason, so that every file under PATH is either in the output or named in the report.
+"""Finding the files of a tree: which ones to migrate (``.py``, notebooks, and scripts whose ``#!``
+line names python: ``is_python_script``), which to copy unchanged, and which are left out, each
+with its reason, so that every file under PATH is either in the output or named in the report.
 
 In a git work tree (one that does not ignore PATH itself), git decides (``git ls-files --cached
 --others --exclude-standard``), so every ``.gitignore`` level, ``.git/info/exclude`` and the global
@@ -90,12 +90,17 @@ def discover(root: Path, exclude: Sequence[Path] = ()) -> Files:
             elif os.path.lexists(full):
                 files.excluded.append(Excluded(rel, "not a regular file (a socket, FIFO or device): not copied"))
             continue  # deleted but still in the index
-        (files.python if rel.endswith(".py") or is_python_script(full) else files.other).append(rel)
+        (files.python if is_migratable(rel) or is_python_script(full) else files.other).append(rel)
     for prefix in prefixes:
         if (root / prefix).exists():
             files.excluded.append(Excluded(prefix + "/", "the output or report directory of this run"))
     files.excluded.sort(key=lambda e: e.path)
     return files
+
+
+def is_migratable(rel: str) -> bool:
+    """A file the engine migrates: Python source, or a Jupyter notebook (its code cells)."""
+    return rel.endswith((".py", ".ipynb"))
 
 
 _PYTHON = re.compile(rb"python[0-9.]*")  # python, python3, python3.11
@@ -148,7 +153,8 @@ def git_toplevel(path: Path) -> Optional[Path]:
     """The top of the git work tree that tracks ``path``, or None when there is none.
 
     A directory that the enclosing repository ignores (a package in ``~/.pyenv/versions``, a
-    ``build/`` copy) counts as outside git: git neither lists its files nor can restore them.
+    ``build/`` copy) counts as outside git: git neither lists its files nor can restore them; so
+    does a directory inside a virtual environment that the repository holds without ignoring it.
     """
     try:
         done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"],
@@ -157,8 +163,17 @@ def git_toplevel(path: Path) -> Optional[Path]:
         return None
     if done.returncode != 0:
         return None
+    top = Path(done.stdout.strip())
+    if in_virtualenv(Path(path).resolve(), top.resolve()):
+        return None
     ignored = subprocess.run(["git", "-C", str(path), "check-ignore", "-q", "."], capture_output=True, check=False)
-    return None if ignored.returncode == 0 else Path(done.stdout.strip())
+    return None if ignored.returncode == 0 else top
+
+
+def in_virtualenv(path: Path, top: Path) -> bool:
+    """Whether ``path`` lies in a virtual environment (a directory holding ``pyvenv.cfg``) below
+    ``top``: a package pip put in a ``venv/`` inside a clone is not the repository's code."""
+    return any((parent / "pyvenv.cfg").is_file() for parent in (path, *path.parents) if parent != top and top in parent.parents)
 
 
 def _git_files(root: Path, files: Files) -> Optional[List[str]]:

@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import ast
 import traceback
-from typing import Callable, List, Sequence, Tuple, Type
+from typing import Callable, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
-from npu_migrate.migrate import diagnostics, residual
+from npu_migrate.migrate import diagnostics, notebooks, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
 from npu_migrate.migrate.edits import ImportSpec, Site
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.imports import add_imports
+from npu_migrate.migrate.line_fit import fit_lines
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.positions import positions
 from npu_migrate.migrate.rules import code_enabled, select_rules
 from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.migrate.suppressions import is_suppressed, suppressed_lines
+from npu_migrate.migrate.suppressions import ignored_file, is_suppressed, suppressed_lines
 from npu_migrate.migrate.visit import visit_batched
 from npu_migrate.opmap import Fallback, OpTable
 
@@ -62,23 +63,37 @@ def _exception_line(exc: BaseException) -> str:
 
 def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
     """A file that could not be processed: one tool finding, the original kept."""
-    where = f"{path}:{line}:{col}" if line else path
+    where = f"{path}:{line}:{col + 1}" if line else path  # 1-based, as every output shows it
     finding = Finding(code, message, "reported", path=path, line=line, col=col)
     return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
 
 
 class Engine:
-    def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True) -> None:
+    def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True,
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> None:
         self.table = table
         self.rules = list(rules)
         self.enabled = enabled
+        # isort's first-party names by directory ("" for PATH): see runner.first_party_names
+        self.first_party: Mapping[str, FrozenSet[str]] = first_party or {}
+
+    def first_party_of(self, path: str) -> FrozenSet[str]:
+        """The module names isort counts as first party in the file at ``path``."""
+        directory = path.rsplit("/", 1)[0] if "/" in path else ""
+        return self.first_party.get(directory, frozenset()) | self.first_party.get("", frozenset())
 
     def applicable(self, data: bytes) -> List[Type[Rule]]:
         """The cheap byte check: rules whose trigger strings occur in the file."""
         return [rule for rule in self.rules if any(t in data for t in rule.triggers)]
 
     def migrate(self, path: str, data: bytes, *, in_package: bool = False) -> FileResult:
-        """The file's result; never raises for a bad file (pathological nesting and memory included)."""
+        """The file's result; never raises for a bad file (pathological nesting and memory included).
+        A notebook's code cells are migrated as one module (``migrate.notebooks``)."""
+        if path.endswith(".ipynb"):
+            return notebooks.migrate(self._guarded, path, data, error_result)
+        return self._guarded(path, data, in_package)
+
+    def _guarded(self, path: str, data: bytes, in_package: bool) -> FileResult:
         try:
             return self._migrate(path, data, in_package)
         except RecursionError as exc:
@@ -119,8 +134,10 @@ class Engine:
 
         sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
         kept_as_is = suppressed_lines(text)
+        whole_file = ignored_file(text)  # `# npu-migrate: ignore-file[...]`: as if on every line
         for site in sites:
-            if is_suppressed(kept_as_is, site.finding.line, site.finding.code):
+            if is_suppressed(kept_as_is, site.finding.line, site.finding.code) or \
+                    is_suppressed({0: whole_file} if whole_file is not None else {}, 0, site.finding.code):
                 site.finding.action, site.edits = "suppressed", ()
             elif site.edits:
                 _unless_switched_off(site, self.table)
@@ -134,7 +151,7 @@ class Engine:
         if not rewriting:
             return FileResult(path, "unchanged", findings())
         try:
-            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports)
+            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports, text)
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"applying the edits failed: {_exception_line(exc)}")
         if text.endswith("\r"):
@@ -155,7 +172,7 @@ class Engine:
             site.finding.line, site.finding.col = where.get(id(site.anchor), (0, 0))
         return sorted(sites, key=lambda s: (s.finding.line, s.finding.col, s.finding.code))
 
-    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool) -> Tuple[str, List[str]]:
+    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool, source: str) -> Tuple[str, List[str]]:
         """The migrated text and the helper modules it imports; a site whose edits did not all
         reach the output is downgraded and the pass runs again without it."""
         while True:
@@ -170,11 +187,11 @@ class Engine:
                     if helper not in helpers:
                         helpers.append(helper)
                         imports.append(ImportSpec(f".{helper}", helper) if in_package else ImportSpec(helper))
-            if imports:
-                new_module = add_imports(new_module, imports, ctx.names)
-            lost = missing(new_module, sites, ctx.tree)
+            lost = missing(new_module, sites, ctx.tree)  # before the imports: they re-make top-level statements
             if not lost:
-                return code(new_module), helpers
+                if imports:
+                    new_module = add_imports(new_module, imports, ctx.names, self.first_party_of(ctx.path))
+                return fit_lines(new_module, code(new_module), source), helpers
             for site in lost:
                 _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
             sites = [s for s in sites if s.edits]
@@ -210,6 +227,7 @@ def _not_applied(site: Site, why: str) -> None:
     site.edits = ()
 
 
-def build_engine(table: OpTable, select=None, ignore=None) -> Engine:
+def build_engine(table: OpTable, select=None, ignore=None,
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> Engine:
     """An engine with the rules that ``--select``/``--ignore`` leave enabled."""
-    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore))
+    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore), first_party)

@@ -33,8 +33,9 @@ class Finding:
     target: Optional[str] = None  # the NPU API used, when rewritten
     fallback: Optional[Fallback] = None  # for every reported site
     path: str = ""
-    line: int = 0
-    col: int = 0
+    line: int = 0  # 1-based; in a notebook, the line in its cell
+    col: int = 0  # 0-based as libcst counts; every output shows it 1-based (report.json's ``col`` + 1)
+    cell: Optional[int] = None  # a notebook's code cell, 1-based among all its cells (None in a .py file)
 
     @property
     def safety(self) -> Optional[str]:

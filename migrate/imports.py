@@ -1,28 +1,45 @@
-"""Adding the imports that fixes need (``import torch_npu``, the vendored helper module).
+"""Adding the imports that fixes need (``import torch_npu``, the vendored helper module), where the
+user's isort or ruff (rule I001) would put them.
 
-Placement follows libcst's AddImportsVisitor (after the first block of imports at the top of the
-module, below a docstring), but without its cost: AddImportsVisitor gathers every import of the
-file with a full traversal and rebuilds the whole tree, about 8x the parse of the file (measured
-on fixtures/models/llama_gqa). Here only the module's top-level statement list is touched, and
+The imports go into the module's first import block (below a docstring): in isort's sections
+(``__future__``, standard library, third party, first party, local relative imports), each
+section's ``import x`` statements before its ``from x import y`` ones, sorted by module name
+without regard to case, one blank line between sections and below the block. A module is first
+party when it is one of the run's top-level names (``first_party``: the modules and packages at
+the top of PATH, or of its ``src/``), as ruff decides for a project checked from its root.
+``import torch_npu`` is imported for its side effect (it registers the NPU device), so where the
+module does not otherwise use the name it carries ``# noqa: F401``, which keeps ``ruff --fix``
+and flake8 from deleting it. Existing imports are never moved: a block that was unsorted before
+stays as it was, with the new import at the place the sorted order gives among its neighbours.
+
+Only the module's top-level statement list is touched (libcst's AddImportsVisitor gathers every
+import with a full traversal and rebuilds the whole tree, about 8x the parse of the file), and
 "already imported" is answered by the NameResolver that the rules used.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, List
+import sys
+from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
-from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.edits import ImportSpec
+from npu_migrate.migrate.names import NameResolver
+
+SIDE_EFFECT = {"torch_npu"}  # imported for what importing does; the name may go unused
+NOQA = "# noqa: F401"
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
+STDLIB_NAMES: FrozenSet[str] = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
-def _statement(spec: ImportSpec) -> cst.SimpleStatementLine:
+def _statement(spec: ImportSpec, noqa: bool = False) -> cst.SimpleStatementLine:
     alias = f" as {spec.asname}" if spec.asname else ""
+    comment = f"  {NOQA}" if noqa else ""
     if spec.obj is None:
-        return cst.parse_statement(f"import {spec.module}{alias}\n")
-    return cst.parse_statement(f"from {spec.module} import {spec.obj}{alias}\n")
+        return cst.parse_statement(f"import {spec.module}{alias}{comment}\n")
+    return cst.parse_statement(f"from {spec.module} import {spec.obj}{alias}{comment}\n")
 
 
 def _present(spec: ImportSpec, names: NameResolver, top_level_code: set) -> bool:
@@ -42,22 +59,105 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
     return m.matches(statement, m.SimpleStatementLine(body=[m.Expr(m.SimpleString() | m.ConcatenatedString())]))
 
 
-def add_imports(module: cst.Module, specs: Iterable[ImportSpec], names: NameResolver) -> cst.Module:
-    """``module`` with each import of ``specs`` that it lacks added after its leading import block."""
+def _is_import(statement: cst.CSTNode) -> bool:
+    return m.matches(statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
+
+
+def _dotted(node: Optional[cst.BaseExpression]) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def sort_key(statement: cst.SimpleStatementLine, first_party: FrozenSet[str]) -> Tuple[int, int, str]:
+    """(section, ``import`` before ``from``, module name without case) of an import statement."""
+    node = statement.body[0]
+    if isinstance(node, cst.Import):
+        module = _dotted(node.names[0].name)
+        kind = 0
+    else:
+        module = "." * len(node.relative) + _dotted(node.module)
+        kind = 1
+    return section(module, first_party), kind, module.lower()
+
+
+def section(module: str, first_party: FrozenSet[str]) -> int:
+    head = module.split(".")[0]
+    if module.startswith("."):
+        return LOCAL
+    if head == "__future__":
+        return FUTURE
+    if head in STDLIB_NAMES:
+        return STDLIB
+    return FIRST_PARTY if head in first_party else THIRD_PARTY
+
+
+def _uses(module: cst.Module, name: str) -> bool:
+    """Whether the module reads ``name`` (``torch_npu.x``, ``f(torch_npu)``) outside its top-level imports."""
+    wanted = m.Attribute(value=m.Name(name)) | m.Arg(value=m.Name(name))
+    return any(m.findall(statement, wanted) for statement in module.body if not _is_import(statement))
+
+
+def _blank(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    return statement.with_changes(leading_lines=(cst.EmptyLine(),))
+
+
+def _without_blank(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    lines = list(statement.leading_lines)
+    while lines and lines[0].comment is None:
+        lines.pop(0)
+    return statement.with_changes(leading_lines=tuple(lines))
+
+
+def _insert(body: List[cst.BaseStatement], start: int, new: cst.SimpleStatementLine,
+            first_party: FrozenSet[str]) -> List[cst.BaseStatement]:
+    """``body`` with ``new`` placed in the import block that begins at ``start``."""
+    end = start
+    while end < len(body) and _is_import(body[end]):
+        end += 1
+    key = sort_key(new, first_party)
+    at = start
+    for index in range(start, end):
+        if sort_key(body[index], first_party) <= key:
+            at = index + 1
+    previous = body[at - 1] if at > start else None
+    following = body[at] if at < end else None
+    same_as_previous = previous is not None and sort_key(previous, first_party)[0] == key[0]
+    if previous is None and following is not None:
+        new = new.with_changes(leading_lines=following.leading_lines)  # the block's place (a blank below a docstring)
+    elif previous is not None and not same_as_previous:
+        new = _blank(new)
+    out = list(body)
+    if following is not None:
+        if previous is None or sort_key(following, first_party)[0] == key[0]:
+            out[at] = _without_blank(following) if previous is not None else following.with_changes(leading_lines=())
+            if previous is None and sort_key(following, first_party)[0] != key[0]:
+                out[at] = _blank(out[at])
+        # else: the following statement starts its own section and keeps its blank line
+    elif at < len(body) and not _has_blank(body[at]):
+        out[at] = body[at].with_changes(leading_lines=(cst.EmptyLine(), *body[at].leading_lines))
+    out.insert(at, new)
+    return out
+
+
+def _has_blank(statement: cst.BaseStatement) -> bool:
+    return any(line.comment is None for line in getattr(statement, "leading_lines", ()))
+
+
+def add_imports(module: cst.Module, specs: Iterable[ImportSpec], names: NameResolver,
+                first_party: FrozenSet[str] = frozenset()) -> cst.Module:
+    """``module`` with each import of ``specs`` that it lacks, placed in its first import block."""
     body = list(module.body)
     top_level_code = {module.code_for_node(s).strip() for s in body if isinstance(s, cst.SimpleStatementLine)}
-    missing: List[cst.SimpleStatementLine] = [
-        _statement(spec) for spec in dict.fromkeys(specs) if not _present(spec, names, top_level_code)
-    ]
+    missing = [spec for spec in dict.fromkeys(specs) if not _present(spec, names, top_level_code)]
     if not missing:
         return module
     start = 1 if body and _is_docstring(body[0]) else 0
-    at = start
-    for statement in body[start:]:
-        if not m.matches(statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
-            break
-        at += 1
-    rest = body[at:]
-    if at == start and rest and not rest[0].leading_lines:
-        rest[0] = rest[0].with_changes(leading_lines=(cst.EmptyLine(),))
-    return module.with_changes(body=[*body[:at], *missing, *rest])
+    for spec in missing:
+        noqa = spec.obj is None and spec.asname is None and spec.module in SIDE_EFFECT and not _uses(module, spec.module)
+        body = _insert(body, start, _statement(spec, noqa), first_party)
+    return module.with_changes(body=body)

@@ -19,7 +19,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
@@ -93,6 +93,24 @@ class _Job:
     root: Path
     limits: Limits
     cache: Optional[object] = None  # migrate.cache.Cache
+    ignored_in: Callable[[str], Tuple[str, ...]] = lambda path: ()  # per-file ignores: codes off in a file
+    table: Optional[OpTable] = None
+    select: Optional[Sequence[str]] = None
+    ignore: Optional[Sequence[str]] = None
+    engines: Dict[Tuple[str, ...], Engine] = field(default_factory=dict)
+
+    def engine_for(self, path: str) -> Tuple[Engine, str]:
+        """The engine for the file (with its per-file ignores) and what besides its bytes decides its
+        result (for the cache key): those ignores and the first-party names its imports sort by."""
+        extra = self.ignored_in(path)
+        engine = self.engine
+        if extra:
+            if extra not in self.engines:
+                self.engines[extra] = build_engine(self.table, self.select, [*(self.ignore or ()), *extra],
+                                                   self.engine.first_party)
+            engine = self.engines[extra]
+        context = f"ignore={','.join(extra)};first-party={','.join(sorted(self.engine.first_party_of(path)))}"
+        return engine, context
 
 
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
@@ -106,7 +124,8 @@ def _migrate_task(task: Task) -> FileResult:
     except SourceError as exc:
         return error_result(path, exc.code, exc.message)
     digest = hashlib.sha256(data).hexdigest()
-    key = job.cache.key(path, digest, in_package) if job.cache is not None else None
+    engine, context = job.engine_for(path)
+    key = job.cache.key(path, digest, in_package, context) if job.cache is not None else None
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
@@ -115,7 +134,7 @@ def _migrate_task(task: Task) -> FileResult:
             return hit
     try:
         with time_budget(job.limits.max_seconds):
-            result = job.engine.migrate(path, data, in_package=in_package)
+            result = engine.migrate(path, data, in_package=in_package)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
@@ -157,6 +176,28 @@ def _tasks(python: Sequence[str]) -> List[Task]:
     return tasks
 
 
+def first_party_names(python: Sequence[str]) -> Dict[str, FrozenSet[str]]:
+    """isort's first-party module names, by directory ("" for PATH): the modules and packages at the
+    top of PATH (and of its ``src/``), and for each directory the modules beside its files (a script
+    imports its siblings by name)."""
+    names: Dict[str, set] = {}
+    for path in python:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            directory = "/".join(parts[:depth])
+            name = parts[depth]
+            if depth == len(parts) - 1:
+                if not name.endswith(".py"):
+                    break
+                name = name[:-3]
+            if name.isidentifier():
+                names.setdefault(directory, set()).add(name)
+    top = set(names.get("", ())) | set(names.get("src", ()))
+    out = {directory: frozenset(found) for directory, found in names.items()}
+    out[""] = frozenset(top)
+    return out
+
+
 def chunked(items: Sequence, jobs: int) -> List[list]:
     """About 8 chunks per process (balances uneven files), at most 64 files each."""
     size = max(1, min(64, len(items) // (jobs * 8) or 1))
@@ -184,8 +225,8 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
 
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        too_long: Sequence[Excluded] = (), progress: bool = False,
-        limits: Limits = Limits(), cache=None, isolate: bool = True) -> RunResult:
+        too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
+        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory.
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
@@ -193,6 +234,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
     ``too_long``: paths over PATH_MAX (each an NPU016 error result).
+    ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     """
     global _job
     root = Path(root)
@@ -208,7 +250,8 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
             copied.append(task[0])
         else:
             tasks.append(task)
-    _job = _Job(build_engine(table, select, ignore), root, limits, cache)
+    _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
+                ignored_in or (lambda path: ()), table, select, ignore)
     try:
         with _progress(len(tasks), progress) as advance:
             if isolate:

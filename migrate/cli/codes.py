@@ -22,6 +22,13 @@ def unknown(patterns: List[str], known: List[str]) -> List[str]:
     return [p for p in patterns if not any(code.startswith(p) for code in known)]
 
 
+def known_code(pattern: str) -> bool:
+    """Whether a code or prefix matches a known code (for [tool.npu-migrate]'s lists)."""
+    from npu_migrate.migrate.outputs.codes import catalogue
+
+    return not unknown([pattern], list(catalogue()))
+
+
 def check_codes(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[List[str]]:
     """The option's codes, or a usage error naming those that match no known code."""
     codes = parse_codes(value)

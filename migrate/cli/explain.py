@@ -12,24 +12,30 @@ import typer
 
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.console import console
+from npu_migrate.migrate.console import console, out
 
 
 @app.command("explain")
-def explain(code: Optional[str] = typer.Argument(None, help="A diagnostic code such as NPU201; omit to list all codes.")) -> None:
-    """Print what a diagnostic code means, why, an example, and how safe its fix is."""
+def explain(code: Optional[str] = typer.Argument(None, metavar="[CODE]", help="A diagnostic code such as NPU201; omit to list all codes.")) -> None:
+    """Print what a diagnostic code means, why, an example, and how safe its fix is.
+
+    The page goes to stdout: rendered in a terminal, as Markdown in a pipe or a file
+    (migrate explain NPU302 | less)."""
     from npu_migrate.migrate.diagnostics import doc_page
 
     if code is None:
         from npu_migrate.migrate.outputs.codes import catalogue
 
         for info in catalogue().values():
-            console.print(f"[bold]{info.code}[/]  {info.summary}", soft_wrap=True)
+            out.print(f"{info.code}  {info.summary}", soft_wrap=True, markup=False)
         return
     page = doc_page(code) if re.fullmatch(r"NPU\d{3}", code.strip().upper()) else None
     if page is None:
         console.print(f"[red]unknown diagnostic code {code!r}[/]; `migrate explain` lists them all")
         raise typer.Exit(exitcodes.USAGE_ERROR)
+    if not out.is_terminal:
+        typer.echo(page, nl=not page.endswith("\n"))
+        return
     from rich.markdown import Markdown
 
-    console.print(Markdown(page))
+    out.print(Markdown(page))

@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
+
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.console import console
 
-ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True)
+ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(ops_app, name="ops")
 
-OpmapOption = typer.Option(None, "--opmap", help="Extra op-table YAML files (extend or override the built-in table).")
+OpmapOption = typer.Option(None, "--opmap", metavar="FILE", help="Extra op-table YAML files (extend or override the built-in table).")
 
 
 def _table(extra: Optional[List[Path]]):
@@ -22,35 +24,35 @@ def _table(extra: Optional[List[Path]]):
     try:
         return load_table(extra or ())
     except SchemaError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(exitcodes.CONFIG_ERROR)
 
 
 @ops_app.command("list")
 def list_ops(
-    status: Optional[str] = typer.Option(None, help="Only records with this status (native, rename, fused, fallback, unsupported)."),
-    code: Optional[str] = typer.Option(None, help="Only records with this diagnostic code."),
+    status: Optional[str] = typer.Option(None, metavar="STATUS", help="Only records with this status (native, rename, fused, fallback, unsupported)."),
+    code: Optional[str] = typer.Option(None, metavar="CODE", help="Only records with this diagnostic code."),
     opmap: Optional[List[Path]] = OpmapOption,
 ) -> None:
-    """List the op-table records (one line each)."""
-    from rich.table import Table
-
-    table = Table("api", "status", "code", "target / plan", box=None, pad_edge=False)
-    count = 0
+    """List the op-table records on stdout, one line each (api, status, code, target or plan)."""
+    rows = []
     for record in _table(opmap).records():
         if (status and record.status != status) or (code and record.code != code.upper()):
             continue
-        where = record.target or (record.fallback.plan if record.fallback else "")
-        table.add_row(record.api, record.status, record.code or "", where)
-        count += 1
-    console.print(table)
-    console.print(f"{count} records")
+        rows.append((record.api, record.status, record.code or "-", record.target or (record.fallback.plan if record.fallback else "-")))
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(LIST_HEADER)]
+    for row in [LIST_HEADER, *rows]:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    console.print(f"{len(rows)} records", soft_wrap=True)
+
+
+LIST_HEADER = ("api", "status", "code", "target / plan")
 
 
 @ops_app.command("show")
-def show_op(name: str = typer.Argument(..., help="Qualified torch API name, e.g. torch.cuda.synchronize."),
+def show_op(name: str = typer.Argument(..., metavar="NAME", help="Qualified torch API name, e.g. torch.cuda.synchronize."),
             opmap: Optional[List[Path]] = OpmapOption) -> None:
-    """Show every field of the record that covers NAME."""
+    """Show every field of the record that covers NAME (on stdout)."""
     record = _table(opmap).get(name)
     if record is None:
         console.print(f"[red]no op-table record covers {name}[/]")
@@ -64,12 +66,12 @@ def show_op(name: str = typer.Argument(..., help="Qualified torch API name, e.g.
         rows += [("fallback.plan", record.fallback.plan), ("fallback.detail", record.fallback.detail)]
     for key, value in rows:
         if value:
-            console.print(f"[bold]{key}[/]: {value}")
+            typer.echo(f"{key}: {value}")
 
 
 @ops_app.command("validate")
-def validate(files: List[Path] = typer.Argument(..., help="Op-table YAML files to check.")) -> None:
-    """Check op-table files against the schema; problems are printed as file:line: problem."""
+def validate(files: List[Path] = typer.Argument(..., metavar="FILE...", help="Op-table YAML files to check.")) -> None:
+    """Check op-table files against the schema; problems are printed as file:line: problem, one a line."""
     from npu_migrate.opmap import SchemaError, load_file
 
     failed = False
@@ -77,8 +79,8 @@ def validate(files: List[Path] = typer.Argument(..., help="Op-table YAML files t
         try:
             records = load_file(path)
         except SchemaError as exc:
-            console.print(f"[red]{exc}[/]")
+            typer.echo(str(exc))
             failed = True
         else:
-            console.print(f"{path}: {len(records)} records OK")
+            typer.echo(f"{path}: {len(records)} records OK")
     raise typer.Exit(exitcodes.CONFIG_ERROR if failed else exitcodes.OK)

@@ -9,15 +9,17 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.console import console
+from npu_migrate.migrate.cli.extras import missing_torch
+from npu_migrate.migrate.console import console, out
 from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.outputs.atomic import write_atomic
 
 
-MAX_LOG_WIDTH = 240  # columns of the report when stderr is not a terminal
+MAX_LOG_WIDTH = 240  # columns of the report when stdout is not a terminal
 
 
 class Backing(str, Enum):
@@ -27,10 +29,10 @@ class Backing(str, Enum):
 
 @app.command("parity")
 def parity(
-    spec: Path = typer.Option(..., "--spec", help="Parity spec (YAML) listing the cases."),
-    original: Optional[Path] = typer.Option(None, "--original", help="Original tree (default: the spec's directory)."),
-    migrated: Optional[Path] = typer.Option(None, "--migrated", help="Migrated tree (default: <original>-npu)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON to this file."),
+    spec: Path = typer.Option(..., "--spec", metavar="FILE", help="Parity spec (YAML) listing the cases."),
+    original: Optional[Path] = typer.Option(None, "--original", metavar="DIR", help="Original tree (default: the spec's directory)."),
+    migrated: Optional[Path] = typer.Option(None, "--migrated", metavar="DIR", help="Migrated tree (default: <original>-npu)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Write the report as JSON to this file."),
     backing: Backing = typer.Option(Backing.cpu, "--backing", help="Device the emulated NPU computes on."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="Seconds one run of a case may take when its spec sets no `timeout:` (default 300); a run past it is stopped and reported as timed out."),
 ) -> None:
@@ -39,13 +41,19 @@ def parity(
     Exit code: 0 when every case passes, 64 when one does not (it diverged, the migrated model
     raised, or the emulation cannot run it), plus 32 when a case could not be set up (a spec
     reference, tree or checkpoint problem, or an original model that does not run) or the spec is
-    invalid (32 alone); 130 when interrupted (Ctrl-C or SIGTERM: the worker processes are stopped)."""
-    raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out, timeout))
+    invalid (32 alone); 130 when interrupted (Ctrl-C or SIGTERM: the worker processes are stopped).
+    Needs torch (the parity extra): without it, says what to install and exits 32."""
+    missing = missing_torch("migrate parity")
+    if missing:
+        console.print(f"[red]error:[/] {escape(missing)}", soft_wrap=True)
+        raise typer.Exit(exitcodes.CONFIG_ERROR)
+    raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out, to=out, timeout=timeout))
 
 
 def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path], backing: str,
-                 json_out: Optional[Path] = None, timeout: Optional[float] = None) -> int:
-    """Run a parity spec, print the table, write the JSON; returns the exit code."""
+                 json_out: Optional[Path] = None, to: Console = out, timeout: Optional[float] = None) -> int:
+    """Run a parity spec, print the table (on ``to``: stdout, the command's output), write the JSON;
+    returns the exit code. Progress and spec problems go to stderr. ``timeout``: see ``run_parity``."""
     from npu_migrate.migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
 
     try:
@@ -60,8 +68,8 @@ def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path],
         console.print("[red]interrupted:[/red] the parity run was stopped (its worker processes too)", soft_wrap=True)
         return exitcodes.INTERRUPTED
     renderable = render(report)
-    out = console if console.is_terminal else Console(stderr=True, highlight=False, width=log_width(renderable))
-    out.print(renderable)
+    target = to if to.is_terminal else Console(file=to.file, highlight=False, width=log_width(renderable))
+    target.print(renderable)
     if json_out is not None:
         write_atomic(json_out, (json.dumps(report.to_json(), indent=2) + "\n").encode())
     code = exitcodes.OK if report.passed else exitcodes.PARITY_FAILED

@@ -6,18 +6,22 @@ so ``migrate --help`` stays fast.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import typer
 from rich.markup import escape
 
 from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli import formats
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
+from npu_migrate.migrate.cli.formats import is_human
 from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
-from npu_migrate.migrate.console import console
+from npu_migrate.migrate.cli.run_writes import _write, _write_reports_and_say, finish_in_place
+from npu_migrate.migrate.console import console, out
 from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
@@ -38,44 +42,121 @@ def _parity_json(path: Optional[Path]) -> Optional[dict]:
         raise ConfigError(str(exc)) from exc
 
 
+class OutputFormat(str, Enum):
+    full = "full"
+    concise = "concise"
+    json = "json"
+    json_lines = "json-lines"
+    github = "github"
+    sarif = "sarif"
+
+
+@dataclass
+class RunOptions:
+    """Everything ``migrate run`` does besides its PATH (``migrate demo`` fills one too)."""
+
+    out: Optional[Path] = None
+    in_place: bool = False
+    force: bool = False
+    report_dir: Optional[Path] = None
+    opmap: Sequence[Path] = ()
+    select: Optional[List[str]] = None
+    ignore: Optional[List[str]] = None
+    jobs: Optional[int] = None
+    check: bool = False
+    diff: bool = False
+    statistics: bool = False
+    parity: Optional[dict] = None
+    limits: Limits = field(default_factory=Limits)
+    cache_dir: Optional[Path] = None
+    output_format: str = "full"
+    quiet: bool = False
+    exit_zero: bool = False
+    exclude: Optional[object] = None  # config.Patterns: files not to migrate (copied unchanged)
+    ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
+    stdin_filename: Optional[str] = None
+    cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
+
+    @property
+    def writes_tree(self) -> bool:
+        return not (self.check or self.diff or self.statistics)
+
+    @property
+    def writes_reports(self) -> bool:
+        """A normal run writes its reports; ``--check`` too when ``--report-dir`` asks for them (CI)."""
+        return self.writes_tree or (self.check and self.report_dir is not None)
+
+
+def _split(values: List[str]) -> List[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 @app.command("run", epilog=EXIT_CODES)
 def run_command(
-    path: Path = typer.Argument(..., help="The repository (directory) to migrate. Never written unless --in-place."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the migrated tree here (default: <PATH>-npu)."),
+    path: Path = typer.Argument(..., metavar="PATH", help="The repository (a directory) to migrate, or one Python file "
+                                "or notebook, or - for standard input (with --stdin-filename). Never written unless "
+                                "--in-place."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Write the migrated tree here (default: <PATH>-npu)."),
     in_place: bool = typer.Option(False, "--in-place", help="Rewrite the changed files inside PATH (clean git tree only)."),
     force: bool = typer.Option(False, "--force", help="Allow --in-place outside git or on uncommitted changes; keeps <file>.orig backups."),
-    report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Where changes.patch and report.json/.md/.sarif/.html go (default: ./npu-migrate-report, or <PATH>-npu-report when the current directory is inside PATH); never inside PATH."),
-    opmap: List[Path] = typer.Option([], "--opmap", help="Extra op-table YAML file (repeatable); overrides built-in records."),
-    select: Optional[str] = typer.Option(None, "--select", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed."),
-    ignore: Optional[str] = typer.Option(None, "--ignore", callback=check_codes, help="Skip these codes, comma-separated; prefixes allowed."),
+    report_dir: Optional[Path] = typer.Option(None, "--report-dir", metavar="DIR", help="Where changes.patch and report.json/.md/.sarif/.html go (default: ./npu-migrate-report, or <PATH>-npu-report when the current directory is inside PATH). Inside PATH it is left out of the migration. With --check, the reports are written only when this is given."),
+    opmap: List[Path] = typer.Option([], "--opmap", metavar="FILE", help="Extra op-table YAML file (repeatable); overrides built-in records."),
+    select: Optional[str] = typer.Option(None, "--select", metavar="CODES", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", callback=check_codes, help="Skip these codes, comma-separated; prefixes allowed."),
+    exclude: List[str] = typer.Option([], "--exclude", metavar="PATTERNS", help="Do not migrate the files these gitignore-style patterns match (comma-separated, repeatable; relative to PATH); they are copied unchanged."),
     no_fused: bool = typer.Option(False, "--no-fused", help="Device rewrites only: no fused-kernel rewrite (same as --ignore NPU3)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes to use (default: all cores)."),
-    check: bool = typer.Option(False, "--check", help="Write nothing; list what would change and what needs attention; exit 4/8/16 bits."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", min=1, help="Processes to use (default: all cores)."),
+    check: bool = typer.Option(False, "--check", help="Write no migrated tree; list what would change and what needs attention; exit 4/8/16 bits."),
     diff: bool = typer.Option(False, "--diff", help="Write nothing; print the patch to stdout."),
-    statistics: bool = typer.Option(False, "--statistics", help="Print the number of findings per code (with its summary) to stdout."),
-    parity: Optional[Path] = typer.Option(None, "--parity", help="A `migrate parity --json` result to show on report.html."),
-    max_file_size: int = typer.Option(DEFAULT_MAX_BYTES, "--max-file-size", min=1, help="Larger Python files are not migrated (NPU007), in bytes."),
-    file_timeout: float = typer.Option(DEFAULT_MAX_SECONDS, "--file-timeout", min=0.1, help="CPU seconds one file may take before it is left unmigrated (NPU008)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Where results of unchanged files are cached (default: ~/.cache/npu-migrate or $NPU_MIGRATE_CACHE_DIR)."),
+    statistics: bool = typer.Option(False, "--statistics", help="Write nothing; print the number of findings per code (with its summary) to stdout."),
+    output_format: OutputFormat = typer.Option(OutputFormat.full, "--output-format", metavar="FORMAT", help="How findings are printed on stdout: full (default), concise, json, json-lines, github, sarif."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings (and errors) only: no summary, no paths."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when --check finds files to change or sites that need attention (4 and 8); errors still count."),
+    parity: Optional[Path] = typer.Option(None, "--parity", metavar="FILE", help="A `migrate parity --json` result to show on report.html and report.md."),
+    max_file_size: int = typer.Option(DEFAULT_MAX_BYTES, "--max-file-size", metavar="BYTES", min=1, help="Larger Python files are not migrated (NPU007)."),
+    file_timeout: float = typer.Option(DEFAULT_MAX_SECONDS, "--file-timeout", metavar="SECONDS", min=0.1, help="CPU seconds one file may take before it is left unmigrated (NPU008)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Where results of unchanged files are cached (default: ~/.cache/npu-migrate or $NPU_MIGRATE_CACHE_DIR)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
+    stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", metavar="NAME", help="With PATH -, the name of the file read from stdin (for its configuration and messages)."),
+    isolated: bool = typer.Option(False, "--isolated", help="Ignore [tool.npu-migrate] in pyproject.toml."),
     resume: bool = typer.Option(False, "--resume", help="With --in-place: finish an interrupted in-place run from its journal in the report directory."),
     revert: bool = typer.Option(False, "--revert", help="With --in-place: undo an in-place run (finished or not) from its journal."),
 ) -> None:
-    """Migrate the PyTorch code under PATH to Ascend NPU: a migrated tree, changes.patch and reports."""
+    """Migrate the PyTorch code under PATH to Ascend NPU: a migrated tree, changes.patch and reports.
+
+    Options can also be kept in pyproject.toml's [tool.npu-migrate] table (select, ignore, exclude,
+    per-file-ignores, opmap); the command line's --select replaces the file's, --ignore, --exclude
+    and --opmap add to it."""
     from npu_migrate.migrate.outputs.in_place import InPlaceRefused
     from npu_migrate.migrate.outputs.journal import JournalError
     from npu_migrate.opmap import SchemaError
 
-    ignore_codes = (ignore or []) + ([FUSED_PREFIX] if no_fused else [])
+    fmt = output_format.value
+    stdin = str(path) == "-"
     try:
+        if not is_human(fmt) and (diff or (statistics and fmt != "json")):
+            raise UsageError(f"--output-format {fmt} prints findings on stdout, where --diff and --statistics print "
+                             "theirs; choose one (--statistics --output-format json prints the statistics as JSON)")
+        if stdin and (in_place or out or resume or revert):
+            raise UsageError("PATH - (standard input) writes only to stdout: no --out, --in-place, --resume or --revert")
         if resume or revert:
             code = finish_in_place(path, report_dir, in_place, resume, revert)
         else:
-            code = run_migration(path, out, in_place, force, report_dir, opmap, select, ignore_codes or None, jobs,
-                                 check, diff, statistics=statistics, parity=_parity_json(parity),
-                                 limits=Limits(max_file_size, file_timeout),
-                                 cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
-                                 cache_given=cache_dir is not None)
+            where = Path(stdin_filename) if stdin and stdin_filename else (Path.cwd() if stdin else path)
+            config = _config(where, isolated)
+            options = RunOptions(
+                out, in_place, force, report_dir, [*config.opmap, *opmap],
+                select if select is not None else config.select,
+                [*config.ignore, *(ignore or []), *([FUSED_PREFIX] if no_fused else [])] or None,
+                jobs, check, diff, statistics, _parity_json(parity), Limits(max_file_size, file_timeout),
+                None if no_cache else (cache_dir or _default_cache_dir()), fmt, quiet, exit_zero,
+                stdin_filename=stdin_filename)
+            options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
+            options.cache_given = cache_dir is not None
+            code = _stdin(options) if stdin else run_migration(path, options)
+    except UsageError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        code = exitcodes.USAGE_ERROR
     except (ConfigError, InPlaceRefused, SchemaError, JournalError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         code = exitcodes.CONFIG_ERROR
@@ -85,103 +166,211 @@ def run_command(
     raise typer.Exit(code)
 
 
+class UsageError(Exception):
+    pass
+
+
+def _config(where: Path, isolated: bool):
+    """The ``[tool.npu-migrate]`` table of the nearest pyproject.toml (an empty one when none or --isolated)."""
+    from npu_migrate.migrate.cli.codes import known_code
+    from npu_migrate.migrate.config import Config, ConfigFileError, find, load
+
+    found = None if isolated else find(where)
+    if found is None:
+        return Config()
+    try:
+        return load(found, known_code)
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _patterns(config, path: Path, cli_exclude: List[str]):
+    """(files not to migrate, the codes per-file-ignores turns off in a file): the configuration's
+    patterns are relative to its pyproject.toml, the command line's to PATH."""
+    from npu_migrate.migrate.config import Patterns, ignored_in, per_file_codes
+
+    base = Path(path) if str(path) != "-" else Path.cwd()
+    base = base if base.is_dir() else base.parent
+    exclude = Patterns.of((config.base, config.exclude), (base, cli_exclude))
+    rules = per_file_codes(config)
+    if not rules:
+        return exclude, None
+
+    def per_file(full: Path) -> Tuple[str, ...]:
+        try:
+            rel = Path(full).resolve().relative_to(config.base).as_posix()
+        except ValueError:
+            return ()
+        return ignored_in(rules, rel)
+
+    return exclude, per_file
+
+
+def _stdin(options: RunOptions) -> int:
+    from npu_migrate.migrate.cli.run_stdin import run_stdin
+
+    return run_stdin(options)
+
+
 def _default_cache_dir() -> Path:
     from npu_migrate.migrate.cache import default_dir
 
     return default_dir()
 
 
-def run_migration(path, out, in_place, force, report_dir, opmap, select, ignore, jobs, check, diff, *,
-                  statistics: bool = False, parity: Optional[dict] = None, limits: Limits = Limits(),
-                  cache_dir: Optional[Path] = None, cache_given: bool = False) -> int:
+def _select_files(files, paths: Paths, exclude) -> None:
+    """A single file as PATH: only it; ``--exclude``/``exclude``: copied unchanged, listed as excluded."""
+    from npu_migrate.migrate.discovery import Excluded, is_migratable, is_python_script
+
+    if paths.only is not None:
+        found = is_migratable(paths.only) or is_python_script(paths.root / paths.only)
+        files.python = [paths.only] if found else []
+        files.other, files.excluded = [], []
+        if not files.python:
+            raise ConfigError(f"PATH {paths.root / paths.only} is not a Python file or notebook (.py, .ipynb)")
+    if exclude is None or not exclude.groups:
+        return
+    kept = []
+    for rel in files.python:
+        pattern = exclude.match(paths.root / rel)
+        if pattern is None:
+            kept.append(rel)
+        else:
+            files.other.append(rel)
+            files.excluded.append(Excluded(rel, f"excluded by pattern {pattern!r} (--exclude or [tool.npu-migrate] "
+                                                "exclude): not migrated, copied unchanged"))
+    files.python = kept
+    files.other.sort()
+    files.excluded.sort(key=lambda e: e.path)
+
+
+def run_migration(path: Path, options: RunOptions) -> int:
     """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too).
 
-    A run that writes holds the locks of the directories it writes (``migrate.outputs.lock``) from
-    before its checks to its last report; SIGTERM stops it the way Ctrl-C does."""
+    A run holds the locks of the directories it writes (``migrate.outputs.lock``) from before its
+    checks of the journal to its last report; SIGTERM stops it the way Ctrl-C does."""
     from npu_migrate.migrate.outputs.in_place import check_in_place
     from npu_migrate.migrate.outputs.lock import LockedError, locked
-    from npu_migrate.opmap import load_table
 
-    writes = not (check or diff)
-    paths = confine(path, out, in_place, report_dir)
+    paths = confine(path, options.out, options.in_place, options.report_dir)
+    table = _load_table(options.opmap)
+    cache = _cache(options, paths)
+    backup = False
+    if options.in_place and options.writes_tree:
+        backup = check_in_place(paths.root, options.force, exclude=[paths.report_dir])
+    for directory in filter(None, (paths.out_dir if options.writes_tree else None,
+                                   paths.report_dir if options.writes_reports else None)):
+        probe_writable(directory)
+    held = [(paths.report_dir, "report directory")] if options.writes_reports else []
+    if options.writes_tree:
+        held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
     try:
-        table = load_table(opmap)
-    except OSError as exc:
-        raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
-    cache = _cache(cache_dir, cache_given, paths, opmap, select, ignore, limits)
-    backup = check_in_place(paths.root, force, exclude=[paths.report_dir]) if in_place and writes else False
-    if writes:
-        for directory in filter(None, (paths.out_dir, paths.report_dir)):
-            probe_writable(directory)
-    held = [(paths.report_dir, "report directory")]
-    held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
-    try:
-        with terminate_as_interrupt(), (locked(held) if writes else nullcontext()):
-            return _migrate(path, paths, table, cache, limits, backup, select, ignore, jobs, check, diff,
-                            statistics=statistics, parity=parity)
+        with terminate_as_interrupt(), locked(held):
+            return _migrate(path, paths, table, cache, options, backup)
     except LockedError as exc:
         raise ConfigError(str(exc)) from exc
 
 
-def _migrate(path, paths: Paths, table, cache, limits: Limits, backup: bool, select, ignore, jobs, check, diff, *,
-             statistics: bool, parity: Optional[dict]) -> int:
-    from npu_migrate.migrate.cli import summary as show
+def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup: bool) -> int:
     from npu_migrate.migrate.discovery import discover
-    from npu_migrate.migrate.outputs import report_json
-    from npu_migrate.migrate.outputs.changes import collect_changes
     from npu_migrate.migrate.outputs.in_place import begin_in_place, unfinished_journal
     from npu_migrate.migrate.outputs.journal import run_identity
-    from npu_migrate.migrate.outputs.patch import build_patch
-    from npu_migrate.migrate.runner import run
 
-    writes = not (check or diff)
-    root = paths.root
     identity = None
-    if paths.out_dir is None and writes:
+    if options.in_place and options.writes_tree:
         problem = unfinished_journal(paths.report_dir)
         if problem:
             raise ConfigError(problem)
         identity = run_identity()
-        begin_in_place(paths.report_dir, root, identity)  # from here on the journal is this run's
+        begin_in_place(paths.report_dir, paths.root, identity)  # from here on the journal is this run's
+    files = discover(paths.root, exclude=[paths.report_dir])
+    _select_files(files, paths, options.exclude)
+    result = _run(paths.root, files, table, options, cache)
+    return _finish(path, paths, result, options, backup, identity)
 
-    files = discover(root, exclude=[paths.report_dir])
-    result = run(root, files.python, table, select=select, ignore=ignore, jobs=jobs, copied=files.other,
-                 excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long, progress=True,
-                 limits=limits, cache=cache)
+
+def _load_table(opmap):
+    from npu_migrate.opmap import load_table
+
+    try:
+        return load_table(opmap)
+    except OSError as exc:
+        raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
+
+
+def _run(root: Path, files, table, options: RunOptions, cache):
+    from npu_migrate.migrate.runner import run
+
+    ignored_in = None
+    if options.ignored_in is not None:
+        ignored_in = lambda rel: options.ignored_in(root / rel)  # noqa: E731
+    return run(root, files.python, table, select=options.select, ignore=options.ignore, jobs=options.jobs,
+               copied=files.other, excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long,
+               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache)
+
+
+def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
+    """Write what the run writes, print what it prints, and return its exit code."""
+    from npu_migrate.migrate.cli import summary as show
+    from npu_migrate.migrate.outputs import report_json
+    from npu_migrate.migrate.outputs.changes import collect_changes
+    from npu_migrate.migrate.outputs.patch import build_patch
+
     changes = collect_changes(result)
     patch = build_patch(changes)
-
-    if diff:
+    fmt = options.output_format
+    human = is_human(fmt)
+    # stdout is the primary output's: the summary goes there in a human format, unless the patch or
+    # the statistics are what stdout carries
+    talk = out if human and not (options.diff or options.statistics) else console
+    if options.diff:
         typer.echo(patch, nl=False)
-    interrupted = _write(result, changes, paths, backup, identity) if writes else False
-    report = report_json.build(result)
-    if statistics:
-        typer.echo(show.statistics(report), nl=False)
-    show.summary_line(report)
-    show.errors(report)
-    if check:
-        show.check_listing(report, changes, path)
-    if writes and not _write_reports_and_say(paths, result, patch, report, parity, interrupted):
-        return INTERRUPTED if interrupted else _exit_code(report, result, changes, check) | exitcodes.FILE_ERRORS
-    return INTERRUPTED if interrupted else _exit_code(report, result, changes, check)
+    interrupted = _write(result, changes, paths, backup, identity) if options.writes_tree else False
+    report = report_json.build(result, changes)
+    if options.statistics:
+        typer.echo(show.statistics(report, as_json=fmt == "json"), nl=False)
+    elif human:
+        if options.check:
+            show.check_listing(report, changes, path, fmt, out)
+        else:
+            show.errors(report, console)
+    elif not options.diff:
+        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch) if fmt == "sarif" else None),
+                   nl=False)
+    if not options.quiet:
+        show.summary_line(report, talk)
+    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk):
+        return INTERRUPTED if interrupted else _exit_code(report, result, changes, options) | exitcodes.FILE_ERRORS
+    return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
 
 
-def _cache(cache_dir: Optional[Path], given: bool, paths: Paths, opmap, select, ignore, limits: Limits):
+def _sarif(report: dict, result, patch: str) -> str:
+    from npu_migrate.migrate.helpers import is_helper_file
+    from npu_migrate.migrate.outputs import report_sarif
+    from npu_migrate.migrate.outputs.hunks import parse_patch
+
+    diffs = {d.path: d for d in parse_patch(patch, vendored=is_helper_file)}
+    originals = {r.path: r.original for r in result.changed if r.original is not None}
+    return report_sarif.render(report, result.root, diffs, originals)
+
+
+def _cache(options: RunOptions, paths: Paths):
     """The result cache, or None. A cache directory that overlaps PATH, the output or the report
     directory is refused (``--cache-dir``: a configuration error; the default: not used)."""
-    if cache_dir is None:
+    if options.cache_dir is None:
         return None
     from npu_migrate.migrate.cache import Cache, salt
     from npu_migrate.migrate.rules import select_rules
     from npu_migrate.opmap.table import builtin_files
 
-    problem = cache_overlap(cache_dir, paths)
-    if problem and given:
+    problem = cache_overlap(options.cache_dir, paths)
+    if problem and options.cache_given:
         raise ConfigError(problem)
     cache = None
     if problem is None:
-        cache = Cache(cache_dir, salt([*builtin_files(), *opmap], select_rules(select, ignore), select, ignore, limits),
-                      limits.max_bytes)
+        select, ignore, limits = options.select, options.ignore, options.limits
+        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], select_rules(select, ignore), select,
+                                              ignore, limits), limits.max_bytes)
         problem = cache.problem
     if problem:
         console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
@@ -189,95 +378,12 @@ def _cache(cache_dir: Optional[Path], given: bool, paths: Paths, opmap, select, 
     return cache
 
 
-def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict]) -> bool:
-    """Write the tree (or the in-place changes); returns whether Ctrl-C stopped the writing.
-
-    The outcome lands in ``result.written`` either way, so the reports say what was written."""
-    from npu_migrate.migrate.outputs.in_place import write_in_place
-    from npu_migrate.migrate.outputs.journal import journal_dir
-    from npu_migrate.migrate.outputs.tree import STAGING_DIR, mark_unwritten, python_paths, write_tree
-    from npu_migrate.migrate.runner import WriteOutcome
-
-    if paths.out_dir is None:
-        result.written = WriteOutcome(str(paths.root), journal=str(journal_dir(paths.report_dir)))
-        intended = [c.path for c in changes]
-    else:
-        result.written = WriteOutcome(str(paths.out_dir))
-        intended = sorted({*result.copied, *python_paths(result), *(c.path for c in changes)})
-    try:
-        if paths.out_dir is None:
-            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written, identity)
-        else:
-            write_tree(result, changes, paths.out_dir, result.written, staging=paths.report_dir / STAGING_DIR)
-    except KeyboardInterrupt:
-        outcome = result.written
-        outcome.complete = False
-        for rel in intended:
-            if rel not in outcome.written and rel not in outcome.failed:
-                outcome.failed[rel] = "not written: the run was interrupted"
-        mark_unwritten(result, outcome)
-        return True
-    return False
-
-
-def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, parity, interrupted: bool) -> bool:
-    """Write the reports and say where everything went; returns whether the reports were written."""
-    from npu_migrate.migrate.outputs import PATCH_NAME, write_reports
-    from npu_migrate.migrate.outputs.patch import apply_command
-
-    outcome = result.written
-    try:
-        reports = write_reports(paths.report_dir, result, patch, report=report, parity=parity)
-    except OSError as exc:
-        console.print(f"[red]error:[/red] the reports could not be written: {escape(str(exc.filename or paths.report_dir))}: "
-                      f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
-        reports = None
-    if paths.out_dir is None:
-        where = f"in place in {paths.root}" + (f" ({len(outcome.backups)} backups <file>.orig)" if outcome.backups else "")
-    else:
-        where = str(paths.out_dir)
-    state = "" if outcome.complete and not outcome.failed else \
-        f" ({len(outcome.written)} files written, {len(outcome.failed)} not written{', interrupted' if interrupted else ''})"
-    console.print(f"Migrated tree: {escape(where)}{state}", soft_wrap=True)
-    if not outcome.complete and outcome.journal:
-        console.print(f"In-place journal: {escape(outcome.journal)} (finish with --resume, undo with --revert)",
-                      soft_wrap=True)
-    if reports is not None:
-        console.print(f"Patch:   {reports[PATCH_NAME]}  (apply: {apply_command(paths.root, reports[PATCH_NAME])})",
-                      soft_wrap=True)
-        console.print("Reports: " + ", ".join(str(reports[name]) for name in reports if name != PATCH_NAME),
-                      soft_wrap=True)
-    return reports is not None
-
-
-def finish_in_place(path: Path, report_dir: Optional[Path], in_place: bool, resume: bool, revert: bool) -> int:
-    """``--resume`` / ``--revert``: finish or undo an in-place run from its journal."""
-    from npu_migrate.migrate.outputs.in_place import finish_journal
-
-    from npu_migrate.migrate.outputs.lock import LockedError, locked
-
-    if not in_place or (resume and revert):
-        raise ConfigError("--resume and --revert go with --in-place, one at a time")
-    paths = confine(path, None, True, report_dir)
-    try:
-        with terminate_as_interrupt(), locked([(paths.root, "PATH"), (paths.report_dir, "report directory")]):
-            outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
-    except LockedError as exc:
-        raise ConfigError(str(exc)) from exc
-    verb = "finished" if resume else "reverted"
-    console.print(f"In-place run {verb}: {len(outcome.written)} files written, {len(outcome.failed)} not written",
-                  soft_wrap=True)
-    for rel, why in sorted(outcome.failed.items()):
-        console.print(f"[red]not written:[/red] {escape(rel)}: {escape(why)}", soft_wrap=True)
-    return exitcodes.FILE_ERRORS if outcome.failed else exitcodes.OK
-
-
-def _exit_code(report: dict, result, changes, check: bool) -> int:
+def _exit_code(report: dict, result, changes, options: RunOptions) -> int:
     s = report["summary"]
     code = exitcodes.FILE_ERRORS if s["files_errored"] else exitcodes.OK
     if result.written is not None and result.written.failed:
         code |= exitcodes.FILE_ERRORS
-    if check:
+    if options.check and not options.exit_zero:
         code |= exitcodes.WOULD_CHANGE if changes else 0
         code |= exitcodes.UNSUPPORTED if s["sites_reported"] else 0
     return code

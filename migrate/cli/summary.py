@@ -1,17 +1,20 @@
 """What ``migrate run`` tells a person: the summary line, the file errors, the ``--check`` listing
-and the ``--statistics`` table, all read from the report.json dict (so they match the reports)."""
+and the ``--statistics`` table, all read from the report.json dict (so they match the reports).
+
+Each goes to the console it is given: stdout (``console.out``) for the primary output of a human
+format, stderr where stdout carries a machine format, the patch or the migrated source."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import json
+from collections import Counter
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Sequence
 
+from rich.console import Console
 from rich.markup import escape
 
-from npu_migrate.migrate.console import console
-from npu_migrate.migrate.findings import ACTIONS
-from npu_migrate.migrate.outputs.report_json import is_site
+from npu_migrate.migrate.cli.formats import attention_lines, statistics_rows
 
 MAX_LISTED = 200  # --check lists at most this many sites (report.md has them all)
 
@@ -20,62 +23,63 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def summary_line(report: dict) -> None:
+def summary_line(report: dict, to: Console) -> None:
     s = report["summary"]
     safety = s["rewrites_by_safety"]
-    console.print(
+    to.print(
         f"{s['files_scanned']} Python files scanned ({_plural(s['files_other'], 'other file')}, "
         f"{s.get('files_excluded', 0)} excluded): "
         f"{s['files_changed']} changed, {s['files_unchanged']} unchanged, "
         f"{s['files_skipped']} skipped (nothing to migrate), {s['files_errored']} with errors; "
         f"{s['sites_rewritten']} sites rewritten ({safety['safe']} safe, {safety['numerics-changing']} "
         f"numerics-changing), {s['sites_reported']} need attention, {s['sites_suppressed']} suppressed.",
-        soft_wrap=True)
+        soft_wrap=True, markup=False)
 
 
-def errors(report: dict) -> None:
+def errors(report: dict, to: Console) -> None:
     for failed in report["files"]:
         if failed["status"] == "error":
-            console.print(f"[red]error:[/red] {escape(failed['error'] or failed['path'])}", soft_wrap=True)
+            to.print(f"[red]error:[/red] {escape(failed['error'] or failed['path'])}", soft_wrap=True)
 
 
-def check_listing(report: dict, changes: Sequence, path: Path) -> None:
-    """The files that would change (with their rewrites) and the sites that need attention."""
+def check_listing(report: dict, changes: Sequence, path: Path, output_format: str, to: Console,
+                  command: str = "migrate run") -> None:
+    """The files that would change (with their rewrites) and what needs attention (sites, file errors)."""
     rewrites = Counter(f["path"] for f in report["findings"] if f["action"] == "rewritten")
     migrated = {r["path"] for r in report["files"] if r["status"] == "changed"}
     if changes:
-        console.print(f"[bold]Would change {_plural(len(changes), 'file')}:[/]", soft_wrap=True)
+        to.print(f"[bold]Would change {_plural(len(changes), 'file')}:[/]", soft_wrap=True)
         for change in changes:
             if change.path in migrated:
                 what = _plural(rewrites[change.path], "rewrite")
             else:  # a vendored helper module beside the files that import it
                 what = "new helper module" if change.old is None else "helper module updated"
-            console.print(f"  {escape(change.path)} ({what})", soft_wrap=True)
-    attention = [f for f in report["findings"] if f["action"] == "reported" and is_site(f)]
-    if attention:
-        console.print(f"[bold]Needs attention ({_plural(len(attention), 'site')}):[/]", soft_wrap=True)
-        for f in attention[:MAX_LISTED]:
-            plan = f" [plan: {f['fallback']['plan']}]" if f["fallback"] else ""
-            console.print(escape(f"  {f['path']}:{f['line']}:{f['col']}: {f['code']} {f['message']}{plan}"),
-                          soft_wrap=True, highlight=False)
-        if len(attention) > MAX_LISTED:
-            console.print(f"  ... and {len(attention) - MAX_LISTED} more (see report.md)", soft_wrap=True)
+            to.print(f"  {escape(change.path)} ({what})", soft_wrap=True)
+    listing(report, output_format, to)
     if changes:
-        console.print(f"Migrate with: migrate run {escape(str(path))} (or --in-place)", soft_wrap=True)
+        to.print(f"Migrate with: {command} {escape(str(path))} (or --in-place)", soft_wrap=True)
 
 
-def statistics(report: dict) -> str:
+def listing(report: dict, output_format: str, to: Console) -> None:
+    """What needs attention, in ``full`` or ``concise`` form."""
+    attention = [f for f in report["findings"] if f["action"] == "reported"]
+    if not attention:
+        return
+    to.print(f"[bold]Needs attention ({_plural(len(attention), 'site')}):[/]", soft_wrap=True)
+    lines = attention_lines({"findings": attention[:MAX_LISTED]}, output_format)
+    for line in lines:
+        to.print("  " + line, soft_wrap=True, markup=False)
+    if len(attention) > MAX_LISTED:
+        to.print(f"  ... and {len(attention) - MAX_LISTED} more (see report.md)", soft_wrap=True)
+
+
+def statistics(report: dict, as_json: bool = False) -> str:
     """One line per code, most frequent first: count, code, per-action counts, summary (like ruff)."""
-    from npu_migrate.migrate.outputs.codes import catalogue
-
-    codes = catalogue()
-    actions: Dict[str, Counter] = defaultdict(Counter)
-    for f in report["findings"]:
-        actions[f["code"]][f["action"] if is_site(f) else "error"] += 1
-    rows = sorted(actions.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    rows = statistics_rows(report)
+    if as_json:
+        return json.dumps(rows, indent=2) + "\n"
     lines = []
-    for code, counts in rows:
-        split = ", ".join(f"{counts[a]} {a}" for a in (*ACTIONS, "error") if counts[a])
-        summary = codes[code].summary if code in codes else ""
-        lines.append(f"{sum(counts.values()):>6}  {code}  {split:<28}  {summary}")
+    for row in rows:
+        split = ", ".join(f"{n} {a}" for a, n in row["actions"].items())
+        lines.append(f"{row['count']:>6}  {row['code']}  {split:<28}  {row['summary']}")
     return "".join(line.rstrip() + "\n" for line in lines)

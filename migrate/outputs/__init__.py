@@ -43,7 +43,7 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     texts = {
         PATCH_NAME: patch,
         JSON_NAME: report_json.render(report),
-        MD_NAME: report_md.render(report),
+        MD_NAME: report_md.render(report, parity),
         SARIF_NAME: report_sarif.render(report, run.root, {d.path: d for d in diffs}, originals),
         HTML_NAME: report_html.render(report, diffs, parity),
     }
@@ -72,7 +72,8 @@ def read_json(path: Path, what: str) -> dict:
 
 
 def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
-    """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``."""
+    """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``; with a parity
+    result (and no ``out``), ``report.md`` again too, showing it."""
     from npu_migrate.migrate.outputs import report_html, report_json
     from npu_migrate.migrate.helpers import is_helper_file
     from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
@@ -90,4 +91,8 @@ def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[
         raise ReportDirError(f"{patch_path}: {exc}") from exc
     target = Path(out) if out is not None else report_dir / HTML_NAME
     write_atomic(target, report_html.render(report, diffs, parity).encode("utf-8"))
+    if out is None and parity is not None:  # the pull-request description shows the parity result too
+        from npu_migrate.migrate.outputs import report_md
+
+        write_atomic(report_dir / MD_NAME, report_md.render(report, parity).encode("utf-8"))
     return target

@@ -18,7 +18,8 @@ from typing import Dict, Iterable, List, Optional
 from npu_migrate.migrate import __version__
 from npu_migrate.migrate.outputs.codes import catalogue
 from npu_migrate.migrate.outputs.hunks import FileDiff
-from npu_migrate.migrate.outputs.report_json import is_site
+from npu_migrate.migrate.outputs import parity_result
+from npu_migrate.migrate.outputs.report_json import is_site, location
 
 STATIC = Path(__file__).resolve().parent / "static"
 NONE = "none"  # the filter value of a finding without a plan or a safety
@@ -51,7 +52,7 @@ def _finding(f: dict, summaries: Dict[str, str], tag: str = "div") -> str:
              f'<span class="action {facets["action"]}">{_e(facets["action"])}</span>']
     if f["safety"]:
         parts.append(f'<span class="safety {_e(f["safety"])}">{_e(f["safety"])}</span>')
-    parts.append(f'<span class="where">{_e(f["path"])}:{f["line"]}:{f["col"]}</span>')
+    parts.append(f'<span class="where">{_e(location(f))}</span>')
     parts.append(f'<span class="message">{_e(f["message"])}</span>')
     if f["fallback"]:
         parts.append(f'<div class="plan"><b>plan: {_e(f["fallback"]["plan"])}</b> {_e(f["fallback"]["detail"])}</div>')
@@ -114,8 +115,8 @@ def _diff_rows(diff: FileDiff, at_line: Dict[int, List[dict]], summaries: Dict[s
 
 def _file(path: str, status: str, diff: Optional[FileDiff], findings: List[dict], summaries: Dict[str, str]) -> str:
     at_line: Dict[int, List[dict]] = {}
-    for f in findings:
-        at_line.setdefault(f["line"], []).append(f)
+    for f in findings:  # a notebook's lines are its cells', not the diff's: listed above the diff
+        at_line.setdefault(f["line"] if f.get("cell") is None else -1, []).append(f)
     if diff is not None and diff.vendored_lines is not None and not findings:
         return (f'<details class="file vendored" data-path="{_e(path)}" data-findings="0">'
                 f'<summary><code>{_e(path)}</code> <span class="status">new file</span> '
@@ -145,35 +146,19 @@ def _files(files: List[dict], findings: List[dict], diffs: Iterable[FileDiff], s
     return f'<section id="files"><h2>Files ({len(paths)})</h2>{body}</section>'
 
 
-def _metric(tensors: List[dict]) -> str:
-    if not tensors:
-        return "-"
-    ok = sum(1 for t in tensors if t.get("passed"))
-    cosines = [t["cosine"] for t in tensors if t.get("cosine") is not None]
-    worst = f", cos {min(cosines):.6f}" if cosines else ""
-    abs_errs = [t["max_abs_err"] for t in tensors if t.get("max_abs_err") is not None]
-    return f"{ok}/{len(tensors)} ok{worst}" + (f", abs {max(abs_errs):.1e}" if abs_errs else "")
-
-
 def _parity(parity: Optional[dict]) -> str:
     if parity is None:
         return ""
-    rows = []
-    for case in parity.get("cases", []):
-        divergent = case.get("first_divergent_module") or {}
-        fallback = ", ".join(f"{op} x{n}" for op, n in (case.get("op_coverage", {}).get("fallback_ops") or {}).items())
-        problems = "; ".join([*case.get("errors", []), *case.get("weight_problems", [])])
-        verdict = "PASS" if case.get("passed") else "FAIL"
-        rows.append(f'<tr class="{verdict.lower()}"><td>{_e(case.get("name"))}</td><td>{_e(case.get("dtype"))}</td>'
-                    f'<td class="verdict">{verdict}</td><td>{_e(_metric(case.get("outputs", [])))}</td>'
-                    f'<td>{_e(_metric(case.get("gradients", [])))}</td><td>{_e(divergent.get("module", "-"))}</td>'
-                    f'<td>{_e(fallback or "none")}</td><td>{_e(problems)}</td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("case", "dtype", "result", "outputs", "gradients",
-                                             "first divergent module", "CPU fallback ops", "problems"))
+    body = []
+    for row in parity_result.rows(parity):
+        cells = "".join(f'<td class="verdict">{row[c]}</td>' if c == "result" else f"<td>{_e(row[c])}</td>"
+                        for c in parity_result.COLUMNS)
+        body.append(f'<tr class="{row["result"].lower()}">{cells}</tr>')
+    head = "".join(f"<th>{h}</th>" for h in parity_result.COLUMNS)
     verdict = "passed" if parity.get("passed") else "FAILED"
     return (f'<section id="parity"><h2>Parity: {verdict}</h2><p>original <code>{_e(parity.get("original"))}</code> '
             f'vs migrated <code>{_e(parity.get("migrated"))}</code>, backing {_e(parity.get("backing"))}</p>'
-            f'<table class="parity"><tr>{head}</tr>{"".join(rows)}</table></section>')
+            f'<table class="parity"><tr>{head}</tr>{"".join(body)}</table></section>')
 
 
 def render(report: dict, diffs: Iterable[FileDiff] = (), parity: Optional[dict] = None) -> str:

@@ -1,4 +1,4 @@
-"""``report.json`` (schema_version 2): the summary, one entry per Python file, one per finding.
+"""``report.json`` (schema_version 3): the summary, one entry per Python file, one per finding.
 
 The dict built here is the one source of every count and site that a run shows: report.md,
 report.sarif, report.html and the CLI's summary line are all rendered from it.
@@ -9,15 +9,24 @@ and ``fallback: null``. ``safety`` says how far a rewrite can be trusted without
 (``safe`` device rewrites, ``numerics-changing`` fused kernels; null for a site not rewritten).
 ``snippet`` is the site's source line (stripped; null where there is none, e.g. a file error).
 
+``line`` and ``col`` are 1-based, as ruff, flake8, editors and the SARIF count (0 where there is no
+line, e.g. a whole-file error); ``cell`` is a notebook's code cell (1-based among its cells; the
+line is then the line in that cell), null in a ``.py`` file. ``new_files`` lists the files the
+migration adds (the vendored helper module), ``new_dependencies`` the modules migrated code imports
+that it did not before (``torch_npu``), each with the files that import it.
+
 Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and the summary keys
-``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``.
+``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``; 3 made ``col`` 1-based and added
+``cell``, ``new_files`` and ``new_dependencies``.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections import Counter
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.findings import SAFETIES
@@ -26,13 +35,24 @@ if TYPE_CHECKING:
     from npu_migrate.migrate.findings import FileResult
     from npu_migrate.migrate.runner import RunResult
 
-SCHEMA_VERSION = 2
-FINDING_KEYS = ("code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet")
+SCHEMA_VERSION = 3
+FINDING_KEYS = ("code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback",
+                "snippet")
+# a top-level name imported on a line (in a notebook's JSON, a source line starts with its quote)
+_IMPORTED = re.compile(r"^\s*\"?(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
 def is_site(finding: dict) -> bool:
     """A site in the code (the tool's whole-file errors are not sites)."""
     return finding["code"] not in diagnostics.TOOL_CODES
+
+
+def location(finding: dict) -> str:
+    """``path:line:col`` (1-based), ``path:cell 3:line:col`` in a notebook, ``path`` for a whole file."""
+    if not finding["line"]:
+        return finding["path"]
+    cell = f"cell {finding['cell']}:" if finding.get("cell") is not None else ""
+    return f"{finding['path']}:{cell}{finding['line']}:{finding['col']}"
 
 
 def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0) -> dict:
@@ -75,12 +95,15 @@ def _findings(run: "RunResult") -> List[dict]:
         for finding in result.findings:
             data = finding.to_json()
             line = finding.line
-            data["snippet"] = source[line - 1].strip() if source and 0 < line <= len(source) else None
+            data["col"] = finding.col + 1 if line else 0
+            data["snippet"] = None if finding.cell is not None else \
+                (source[line - 1].strip() if source and 0 < line <= len(source) else None)
             out.append({key: data[key] for key in FINDING_KEYS})
     return out
 
 
-def build(run: "RunResult") -> dict:
+def build(run: "RunResult", changes: Optional[Sequence] = None) -> dict:
+    """The report of ``run``; ``changes`` (``outputs.changes.collect_changes``) names the new files."""
     files = [{"path": r.path, "status": r.status, "error": r.error} for r in run.files]
     findings = _findings(run)
     return {
@@ -90,7 +113,24 @@ def build(run: "RunResult") -> dict:
         "findings": findings,
         "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
         "written": _written(run),
+        "new_files": sorted(c.path for c in changes or () if c.old is None),
+        "new_dependencies": new_dependencies(run),
     }
+
+
+def _imported(text: Optional[str]) -> set:
+    return set(_IMPORTED.findall(text or ""))
+
+
+def new_dependencies(run: "RunResult") -> List[dict]:
+    """The modules migrated files import that they did not (``torch_npu``), each with those files;
+    the standard library, relative imports and the vendored helpers are not dependencies."""
+    found: Dict[str, List[str]] = {}
+    for result in run.changed:
+        for module in sorted(_imported(result.migrated) - _imported(result.original) - set(result.helpers)):
+            if module not in getattr(sys, "stdlib_module_names", ()):
+                found.setdefault(module, []).append(result.path)
+    return [{"module": module, "files": paths} for module, paths in sorted(found.items())]
 
 
 def _written(run: "RunResult"):

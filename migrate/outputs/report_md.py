@@ -1,21 +1,39 @@
 """``report.md``: the run as a pull-request description a reviewer reads top to bottom.
 
-Rendered from the report.json dict: the summary table (the same counts), the codes seen with their
-one-line meaning, the rewritten sites per file with their fix safety, "Needs attention" (every
-site that was not migrated, with its fallback plan, and the file errors), then the sites kept as
-they are by ``# npu-migrate: ignore[...]`` comments.
+Rendered from the report.json dict: the summary table (the same counts), the parity result when
+there is one, the new files (the vendored helper) and new dependencies (``torch_npu``), the codes
+seen with their one-line meaning, "Needs attention" (the sites that were not migrated grouped by
+their advice: code, plan and what to do, each advice once with its sites; then the file errors),
+the rewritten sites per file with their fix safety, and the sites kept as they are by
+``# npu-migrate: ignore`` comments.
+
+A pull request's body holds at most 65,536 characters, so the page stays under ``MAX_CHARS``: on a
+large repository the rewrites are listed per file and message, then counted per file, then only
+per code, and the lists of sites are shortened ("... and 40 more"), always saying that
+report.html (and report.json) hold every site.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import groupby
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from npu_migrate.migrate.findings import NUMERICS_CHANGING, SAFE
+from npu_migrate.migrate.outputs import parity_result
 from npu_migrate.migrate.outputs.codes import catalogue
-from npu_migrate.migrate.outputs.report_json import is_site
+from npu_migrate.migrate.outputs.report_json import is_site, location
 
+MAX_CHARS = 60_000  # GitHub's pull-request body limit is 65,536; room for a note or a template
 SAFETY_NOTE = {SAFE: "safe", NUMERICS_CHANGING: "numerics-changing: prove it with `migrate parity`"}
+EVERY_SITE = "report.html and report.json list every site"
+# (how rewrites are listed, sites listed per advice); each level is shorter than the one before.
+# Rewrites: "sites" one a line, "lines" per file and message with their lines, "files" one line a
+# file with its counts per code, "none" only the counts (the Diagnostics table)
+DETAIL_LEVELS = (("sites", 1000), ("lines", 1000), ("lines", 20), ("files", 20), ("files", 5), ("none", 5),
+                 ("none", 0))
+TORCH_NPU_INSTALL = ("install `torch-npu` (PyPI) of the release that matches your torch, on a machine with "
+                     "Ascend's CANN toolkit")
 
 
 def _cell(text) -> str:
@@ -23,7 +41,7 @@ def _cell(text) -> str:
 
 
 def _site(f: dict) -> str:
-    return f"`{f['path']}:{f['line']}:{f['col']}`"
+    return f"`{location(f)}`"
 
 
 def _target(f: dict) -> str:
@@ -57,46 +75,152 @@ def _by_action(findings: List[dict], action: str) -> List[dict]:
     return [f for f in findings if f["action"] == action and is_site(f)]
 
 
-def render(report: dict) -> str:
+def _parity(parity: Optional[dict]) -> List[str]:
+    if parity is None:
+        return []
+    rows = parity_result.rows(parity)
+    out = [f"## Parity: {parity_result.verdict(parity)}", "",
+           f"`migrate parity` on the emulated NPU (backing {parity.get('backing', '?')}): original "
+           f"`{parity.get('original', '?')}` vs migrated `{parity.get('migrated', '?')}`.", "",
+           "| " + " | ".join(parity_result.COLUMNS) + " |", "|" + "---|" * len(parity_result.COLUMNS)]
+    out += ["| " + " | ".join(_cell(row[c]) for c in parity_result.COLUMNS) + " |" for row in rows]
+    return out + [""]
+
+
+def _listed(items: List[str], limit: int, what: str = "more") -> List[str]:
+    shown = items[:limit]
+    if len(items) > limit:
+        shown.append(f"… and {len(items) - limit} {what} ({EVERY_SITE})")
+    return shown
+
+
+def _new_files_and_dependencies(report: dict, limit: int) -> List[str]:
+    new_files, dependencies = report.get("new_files") or [], report.get("new_dependencies") or []
+    if not (new_files or dependencies):
+        return []
+    out = ["## New files and dependencies", ""]
+    if new_files:
+        names = ", ".join(f"`{p}`" for p in new_files[:limit])
+        more = f" and {len(new_files) - limit} more" if len(new_files) > limit else ""
+        out.append(f"- new file{'s' if len(new_files) > 1 else ''} {names}{more}: the helper module npu-migrate "
+                   "vendors beside the migrated files (the run-time checks and mask conversions their fused "
+                   "rewrites call); in the patch")
+    for dependency in dependencies:
+        files = dependency["files"]
+        how = f"; {TORCH_NPU_INSTALL}" if dependency["module"] == "torch_npu" else ""
+        names = ", ".join(f"`{p}`" for p in files[:limit]) + (f" and {len(files) - limit} more" if len(files) > limit else "")
+        out.append(f"- new dependency `{dependency['module']}`, imported by {len(files)} file"
+                   f"{'' if len(files) == 1 else 's'} ({names}){how}")
+    return out + [""]
+
+
+def _rewritten(rewritten: List[dict], mode: str, limit: int) -> List[str]:
+    if not rewritten:
+        return []
+    out = ["## Rewritten", ""]
+    if mode == "none":
+        files = len({f["path"] for f in rewritten})
+        return out + [f"{len(rewritten)} sites in {files} files (counted per code under Diagnostics; {EVERY_SITE}).", ""]
+    for path, group in groupby(rewritten, key=lambda f: f["path"]):
+        sites = list(group)
+        if mode == "files":
+            counts = Counter(f["code"] for f in sites)
+            out.append(f"- `{path}`: {len(sites)} rewrite{'s' if len(sites) > 1 else ''} ("
+                       + ", ".join(f"{code} x{n}" for code, n in sorted(counts.items())) + ")")
+            continue
+        out += [f"### `{path}`", ""]
+        if mode == "sites":
+            out += [f"- {_site(f)} {f['code']} {f['message']}{_target(f)}{_safety(f)}" for f in sites]
+        else:  # one line per code and message, with the lines it applies to
+            kinds: Dict[Tuple[str, str], List[dict]] = {}
+            for f in sites:
+                kinds.setdefault((f["code"], f["message"]), []).append(f)
+            for (code, message), same in kinds.items():
+                lines = ", ".join(str(f["line"]) for f in same[:limit]) + (" …" if len(same) > limit else "")
+                out.append(f"- {code} {message}{_target(same[0])}{_safety(same[0])} — "
+                           f"{len(same)} site{'s' if len(same) > 1 else ''} (line{'s' if len(same) > 1 else ''} {lines})")
+        out.append("")
+    return out + ([""] if mode == "files" else [])
+
+
+def _attention(reported: List[dict], errors: List[dict], limit: int) -> List[str]:
+    if not (reported or errors):
+        return []
+    out = ["## Needs attention", ""]
+    advice: Dict[Tuple[str, str, str], List[dict]] = {}
+    for f in reported:
+        fallback = f["fallback"] or {"plan": "manual", "detail": ""}
+        advice.setdefault((f["code"], fallback["plan"], fallback["detail"]), []).append(f)
+    codes = catalogue()
+    for (code, plan, detail), sites in advice.items():
+        summary = codes[code].summary if code in codes else ""
+        out.append(f"### {code} ({len(sites)} site{'s' if len(sites) > 1 else ''}) — plan: {plan}")
+        out.append("")
+        if summary:
+            out.append(f"*{summary}*")
+            out.append("")
+        if detail:
+            out.append(f"**What to do:** {detail}")
+            out.append("")
+        messages = Counter(f["message"] for f in sites)
+        common = messages.most_common(1)[0][0] if len(messages) == 1 else None
+        if common:
+            out.append(f"{common}{' (`' + sites[0]['api'] + '`)' if sites[0]['api'] else ''}:")
+            out.append("")
+        lines = [f"- {_site(f)}" + ("" if common else f" {f['message']}") for f in sites]
+        out += _listed(lines, limit) if limit else [f"- {len(sites)} sites ({EVERY_SITE})"]
+        out.append("")
+    if errors:
+        out += ["### Files not processed (left unchanged)", ""]
+        out += _listed([f"- `{r['path']}`: {r['error']}" for r in errors], max(limit, 20), "more files")
+        out.append("")
+    return out
+
+
+def _suppressed(suppressed: List[dict], limit: int) -> List[str]:
+    if not suppressed:
+        return []
+    out = ["## Suppressed (kept as they are by `# npu-migrate: ignore`)", ""]
+    out += _listed([f"- {_site(f)} {f['code']} {f['message']}" for f in suppressed], limit) if limit else \
+        [f"- {len(suppressed)} sites ({EVERY_SITE})"]
+    return out + [""]
+
+
+def _render(report: dict, parity: Optional[dict], mode: str, limit: int) -> str:
     s, findings = report["summary"], report["findings"]
-    out: List[str] = ["# Migration to Ascend NPU (npu-migrate)", "", *_summary_table(s)]
+    out: List[str] = ["# Migration to Ascend NPU (npu-migrate)", "", *_summary_table(s), *_parity(parity),
+                      *_new_files_and_dependencies(report, max(limit, 10))]
     if s["by_code"]:
         codes = catalogue()
         out += ["## Diagnostics", "", "| Code | Count | Meaning |", "|---|---:|---|"]
         out += [f"| {code} | {n} | {_cell(codes[code].summary if code in codes else '')} |"
                 for code, n in s["by_code"].items()]
         out.append("")
-
-    rewritten = _by_action(findings, "rewritten")
-    if rewritten:
-        out += ["## Rewritten", ""]
-        for path, sites in groupby(rewritten, key=lambda f: f["path"]):
-            out += [f"### `{path}`", ""]
-            out += [f"- {_site(f)} {f['code']} {f['message']}{_target(f)}{_safety(f)}" for f in sites]
-            out.append("")
-
-    reported = _by_action(findings, "reported")
+    rewritten, reported = _by_action(findings, "rewritten"), _by_action(findings, "reported")
     errors = [f for f in report["files"] if f["status"] == "error"]
-    if reported or errors:
-        out += ["## Needs attention", ""]
-    if reported:
-        out += ["| Site | Code | API | Problem | Plan | What to do |", "|---|---|---|---|---|---|"]
-        for f in reported:
-            fallback: Dict[str, str] = f["fallback"] or {"plan": "manual", "detail": ""}
-            api = f"`{f['api']}`" if f["api"] else ""
-            out.append(f"| {_site(f)} | {f['code']} | {_cell(api)} | {_cell(f['message'])} | {fallback['plan']} "
-                       f"| {_cell(fallback['detail'])} |")
-        out.append("")
-    if errors:
-        out += ["### Files not processed (left unchanged)", ""]
-        out += [f"- `{r['path']}`: {r['error']}" for r in errors]
-        out.append("")
-
     suppressed = _by_action(findings, "suppressed")
-    if suppressed:
-        out += ["## Suppressed (kept as they are by `# npu-migrate: ignore`)", ""]
-        out += [f"- {_site(f)} {f['code']} {f['message']}" for f in suppressed]
-        out.append("")
+    if mode != "sites":
+        out += [f"*This repository is large: rewrites are counted per file and the lists of sites are "
+                f"shortened to fit a pull-request description; {EVERY_SITE}.*", ""]
+    out += _attention(reported, errors, limit)  # what a reviewer must act on comes first
+    out += _rewritten(rewritten, mode, max(limit, 10))
+    out += _suppressed(suppressed, limit)
     if not (rewritten or reported or errors or suppressed):
         out += ["Nothing to migrate: no file uses a CUDA-specific or unsupported API.", ""]
     return "\n".join(out)
+
+
+def render(report: dict, parity: Optional[dict] = None, max_chars: int = MAX_CHARS) -> str:
+    """report.md: the most detailed page that fits in ``max_chars`` characters."""
+    text = ""
+    for mode, limit in DETAIL_LEVELS:
+        text = _render(report, parity, mode, limit)
+        if len(text) <= max_chars:
+            return text
+    return _cut(text, max_chars)
+
+
+def _cut(text: str, max_chars: int) -> str:
+    note = f"\n\n… report.md stops here to fit a pull-request description; {EVERY_SITE}.\n"
+    cut = text[:max_chars - len(note)]
+    return cut[:cut.rfind("\n")] + note

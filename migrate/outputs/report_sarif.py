@@ -1,6 +1,6 @@
 """``report.sarif``: the run as SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
 
-One run. ``tool.driver.rules`` holds every known code (``codes.catalogue()``: id, name, short and
+One run; ``tool.driver`` has the version and ``informationUri``. ``tool.driver.rules`` holds every known code (``codes.catalogue()``: id, name, short and
 full description, the doc page as help, default level); each finding is a result:
 
 - ``level``: ``error`` for the tool's file errors, ``warning`` for a site that needs attention,
@@ -10,10 +10,13 @@ full description, the doc page as help, default level); each finding is a result
   every relative URI from the repository's root (it ignores ``originalUriBaseIds``).
 - ``partialFingerprints``: a hash of the code, the path, the site's normalized source line and its
   occurrence index among equal sites, so an alert survives lines moving above it.
-- ``fixes`` for a rewritten site: the replacements of the diff hunk(s) that hold its line, cut
-  from ``changes.patch`` (character offsets into the original file). A long run of changed lines
-  that pair up line by line (a generated file whose every line is rewritten) is cut per line, so
-  each site gets its own line, not the whole run (which made the file's fixes quadratic in size).
+- ``fixes`` for a rewritten site: the replacements of the diff hunk(s) that hold its line, and the
+  imports the file gains, cut from ``changes.patch`` (character offsets into the original file).
+  A notebook's site has none (its offsets would be into the notebook's JSON) and names its cell in
+  the message and ``properties`` (the region is the notebook's first line). A long run of changed
+  lines that pair up line by line (a generated file whose every line is rewritten) is cut per line,
+  so each site gets its own line, not the whole run (which made the file's fixes quadratic in size);
+  what every fix of a file reads (its line offsets, its import runs) is made once per file.
 - ``properties``: action, safety, plan (and api/target).
 
 GitHub's limits: at most 25,000 results a run (more are dropped, least severe first, and the run
@@ -25,13 +28,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from bisect import bisect_left
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote
 
-from npu_migrate.migrate import __version__
+from npu_migrate.migrate import HOMEPAGE, __version__
 from npu_migrate.migrate.discovery import git_toplevel
 from npu_migrate.migrate.outputs.codes import ERROR, NOTE, WARNING, CodeInfo, catalogue
 from npu_migrate.migrate.outputs.hunks import FileDiff, Hunk
@@ -45,7 +49,7 @@ PAIRED = 0.5  # how alike (difflib's quick ratio) a removed line and its added l
 LEVEL_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 
 
-def _level(finding: dict, info: Optional[CodeInfo]) -> str:
+def level(finding: dict, info: Optional[CodeInfo]) -> str:
     if info is not None and info.level == ERROR:
         return ERROR
     return NOTE if finding["action"] == "rewritten" else WARNING
@@ -91,19 +95,36 @@ def _offsets(text: str) -> List[int]:
     return starts
 
 
+_IMPORT_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import \w+)(\s+as \w+)?(\s+#.*)?$")
+
+
+def _import_changes(diff: FileDiff) -> List[Tuple[int, list, list]]:
+    """The runs of the file's diff that only add top-level imports (``import torch_npu``, the helper):
+    every rewrite of the file needs them, so each fix carries them."""
+    return [g for hunk in diff.hunks for g in hunk.changes()
+            if not g[1] and g[2] and all(_IMPORT_LINE.match(line.text) or not line.text.strip() for line in g[2])]
+
+
 class _Cuts:
-    """What the fixes of one report are cut from, made once: each changed file's line offsets, and
-    for each long run of changed lines whether its lines pair up (runs live in their hunks)."""
+    """What the fixes of one report are cut from, made once: each changed file's line offsets and
+    import runs, and for each long run of changed lines whether its lines pair up (runs live in
+    their hunks)."""
 
     def __init__(self, diffs: Mapping[str, FileDiff], originals: Mapping[str, str]) -> None:
         self.diffs, self.originals = diffs, originals
         self._offsets: Dict[str, List[int]] = {}
+        self._imports: Dict[str, List[Tuple[int, list, list]]] = {}
         self._paired: Dict[int, bool] = {}
 
     def offsets(self, path: str) -> List[int]:
         if path not in self._offsets:
             self._offsets[path] = _offsets(self.originals[path])
         return self._offsets[path]
+
+    def imports(self, path: str) -> List[Tuple[int, list, list]]:
+        if path not in self._imports:
+            self._imports[path] = _import_changes(self.diffs[path])
+        return self._imports[path]
 
     def pairs_up(self, run: Tuple[int, list, list]) -> bool:
         """Whether each removed line of ``run`` is like the added line it lines up with from the end
@@ -128,13 +149,17 @@ class _Cuts:
         return own or [g for g in groups if not g[1] and g[0] == line + 1] or groups
 
     def fix(self, finding: dict, uri: dict) -> Optional[dict]:
-        """The replacements (character offsets into the original) that make the site's rewrite."""
-        diff, path = self.diffs.get(finding["path"]), finding["path"]
-        if diff is None or path not in self.originals or not finding["line"]:
+        """The replacements (character offsets into the original) that make the site's rewrite, with
+        the imports it needs."""
+        path = finding["path"]
+        diff = self.diffs.get(path)
+        if diff is None or path not in self.originals or not finding["line"] or finding.get("cell") is not None:
             return None
         groups = self.own_changes(finding["line"], diff.hunks_at(finding["line"]))
         if not groups:
             return None
+        imports = [g for g in self.imports(path) if all(g[0] != own[0] for own in groups)]
+        groups = sorted(imports + groups, key=lambda g: g[0])
         starts = self.offsets(path)
         replacements = []
         for first, removed, added in groups:
@@ -143,9 +168,11 @@ class _Cuts:
             text = "".join(line.text + ("\n" if line.newline else "") for line in added)
             replacements.append({"deletedRegion": {"charOffset": begin, "charLength": end - begin},
                                  "insertedContent": {"text": text}})
-        lines = sorted({first for first, _, _ in groups})
+        lines = sorted({first for first, _, _ in groups if all(g[0] != first for g in imports)})
+        needs = " and the imports it needs" if imports else ""
         return {"description": {"text": f"npu-migrate's rewrite at line{'s' if len(lines) > 1 else ''} "
-                                        f"{', '.join(map(str, lines))} (changes.patch holds every change of the file)"},
+                                        f"{', '.join(map(str, lines))}{needs} (changes.patch holds every change of "
+                                        "the file)"},
                 "artifactChanges": [{"artifactLocation": uri, "replacements": replacements}]}
 
 
@@ -161,20 +188,25 @@ def _result(finding: dict, codes: Mapping[str, CodeInfo], rule_index: Dict[str, 
             cuts: _Cuts) -> dict:
     info = codes.get(finding["code"])
     uri = {"uri": _uri(finding["path"]), "uriBaseId": SRCROOT}
-    region = {"startLine": max(finding["line"], 1)}
-    if finding["line"]:
-        region["startColumn"] = finding["col"] + 1
+    cell = finding.get("cell")
+    region = {"startLine": max(finding["line"], 1) if cell is None else 1}
+    if finding["line"] and cell is None:
+        region["startColumn"] = max(finding["col"], 1)
     if finding["snippet"]:
         region["snippet"] = {"text": finding["snippet"]}
     message = finding["message"]
+    if cell is not None:  # the region is the notebook's first line: the JSON file's lines are not the cell's
+        message = f"cell {cell}, line {finding['line']}, column {finding['col']}: {message}"
     fallback = finding["fallback"]
     if fallback:
         message = f"{message.rstrip('.')}. Plan ({fallback['plan']}): {fallback['detail']}"
     properties = {"action": finding["action"], "safety": finding["safety"],
                   "plan": fallback["plan"] if fallback else None, "api": finding["api"], "target": finding["target"]}
+    if cell is not None:
+        properties.update(cell=cell, cellLine=finding["line"], cellColumn=finding["col"])
     result = {
         "ruleId": finding["code"],
-        "level": _level(finding, info),
+        "level": level(finding, info),
         "message": {"text": message},
         "locations": [{"physicalLocation": {"artifactLocation": uri, "region": region}}],
         "partialFingerprints": {FINGERPRINT: fingerprint},
@@ -230,7 +262,7 @@ def build(report: dict, root: Path, diffs: Optional[Mapping[str, FileDiff]] = No
                                 "the least severe went first); report.json lists every site"}}]
     run = {
         "tool": {"driver": {"name": "npu-migrate", "version": __version__, "semanticVersion": __version__,
-                            "rules": rules}},
+                            "informationUri": HOMEPAGE, "rules": rules}},
         "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri() + "/"}},
         "invocations": [invocation],
         "columnKind": "unicodeCodePoints",

@@ -191,7 +191,7 @@ VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), 
                  "not supported": ("NOT SUPPORTED", "bold yellow"), "timed out": ("TIMED OUT", "bold red")}
 # column -> (minimum width, wrap): names and figures stay on one line; op lists fold
 COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
-           "gradients": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
+           "gradients": (24, False), "after step": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
            "CPU fallback ops": (16, True), "float64": (8, True)}
 
 
@@ -216,7 +216,8 @@ def render(report: ParityReport) -> Group:
             case.dtype,
             Text(label, style=style),
             _worst(case.of_kind("output")) if not case.errors else case.verdict,
-            _worst(case.of_kind("loss", "grad", "after_step")),
+            _worst(case.of_kind("loss", "grad")),  # the same tensors as report.html's and report.md's columns
+            _worst(case.of_kind("after_step")),
             _where(case),
             _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
             _ops(coverage.get("fallback_ops", {})) if coverage else "-",

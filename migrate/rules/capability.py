@@ -1,7 +1,7 @@
 """NPU206: CUDA compute-capability queries become what is true on an NPU: no CUDA capability.
 
 On an NPU ``torch.npu.get_device_capability()`` returns None and ``get_device_properties()`` has no
-``major``/``minor`` (torch_npu_facts §4.2), so a renamed check raises, at import time for a
+``major``/``minor`` (opmap/reference/torch_npu_facts.md §4.2), so a renamed check raises, at import time for a
 module-level flag. Each query becomes the value of "no CUDA capability", below every CUDA
 architecture:
 

@@ -141,7 +141,7 @@ def test_a_second_run_into_the_same_directories_is_refused_and_a_dead_holder_is_
     third = _start(tmp_path, repo, "--out", out, "--report-dir", reports, "--no-cache", slow_seconds="0")
     _, stderr = third.communicate(timeout=120)
     assert third.returncode == 0, stderr.decode()
-    assert (out / "slow.py").read_text() == SLOW.replace("import torch\n", "import torch\nimport torch_npu\n") \
+    assert (out / "slow.py").read_text() == SLOW.replace("import torch\n", "import torch\nimport torch_npu  # noqa: F401\n") \
         .replace(".cuda()", ".npu()")
     assert not [p for p in out.rglob("*") if "tmp" in p.name]  # no temporary file of the killed run
 

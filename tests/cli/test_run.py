@@ -40,7 +40,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     result = invoke(repo)
     assert result.exit_code == 0, result.output
     out = tmp_path / "repo-npu"
-    assert (out / "train.py").read_text() == "import torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n"
+    assert (out / "train.py").read_text() == "import torch\nimport torch_npu  # noqa: F401\n\nx = torch.zeros(3).npu()\n"
     for rel in ("model/__init__.py", "model/layers.py", "model/plain.py", "configs/base.yaml", "README.md", ".gitignore"):
         assert (out / rel).read_bytes() == (repo / rel).read_bytes(), rel
     for ignored in ("run.log", "build/out.py", "model/__pycache__"):
@@ -49,7 +49,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     reports = tmp_path / "npu-migrate-report"
     assert {p.name for p in reports.iterdir()} == {"changes.patch", "report.json", "report.md", "report.sarif",
                                                    "report.html"}
-    assert "repo-npu" in result.stderr and "changes.patch" in result.stderr
+    assert "repo-npu" in result.stdout and "changes.patch" in result.stdout
 
 
 def test_check_sets_exit_bits_and_writes_nothing(repo, tmp_path, monkeypatch):
@@ -106,7 +106,7 @@ def test_report_json_schema(repo, tmp_path):
     reports = tmp_path / "r"
     invoke(repo, "--out", tmp_path / "out", "--report-dir", reports)
     report = _report(reports)
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["summary"] == {
         "files_scanned": 5, "files_changed": 1, "files_unchanged": 1, "files_skipped": 2, "files_errored": 1,
         "files_other": 3, "files_excluded": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,
@@ -118,7 +118,7 @@ def test_report_json_schema(repo, tmp_path):
                                   {"path": "run.log", "reason": "ignored by .gitignore (pattern '*.log')"}]
     assert [f["path"] for f in report["files"]] == ["broken.py", "model/__init__.py", "model/layers.py",
                                                     "model/plain.py", "train.py"]
-    keys = ["code", "path", "line", "col", "message", "api", "action", "safety", "target", "fallback", "snippet"]
+    keys = ["code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback", "snippet"]
     for finding in report["findings"]:
         assert list(finding) == keys
         assert finding["action"] in ("rewritten", "reported")
@@ -128,12 +128,12 @@ def test_report_json_schema(repo, tmp_path):
         elif finding["action"] == "reported":
             assert finding["fallback"]["plan"] in PLANS and finding["fallback"]["detail"]
     double = next(f for f in report["findings"] if f["code"] == "NPU902")
-    assert (double["path"], double["line"], double["col"]) == ("model/layers.py", 3, 4)
+    assert (double["path"], double["line"], double["col"], double["cell"]) == ("model/layers.py", 3, 5, None)  # 1-based
     assert double["snippet"] == "y = torch.zeros(3).double()"
     assert next(f for f in report["findings"] if f["code"] == "NPU001")["snippet"] is None  # the file did not parse
     markdown = (reports / "report.md").read_text()
     assert "## Needs attention" in markdown and "keep this computation on the CPU" in markdown
-    assert "`model/layers.py:3:4`" in markdown and "broken.py" in markdown
+    assert "`model/layers.py:3:5`" in markdown and "broken.py:2:1: NPU001" in markdown
 
 
 def test_patch_applies_with_git_including_no_newline_and_helper(tmp_path):
@@ -241,7 +241,8 @@ def test_a_python_script_without_the_suffix_is_migrated_keeping_its_mode(tmp_pat
     result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
     assert result.exit_code == 0, result.output
     out = tmp_path / "out/bin/train"
-    assert out.read_text() == "#!/usr/bin/env python3\nimport torch\nimport torch_npu\n\nx = torch.zeros(3).npu()\n"
+    assert out.read_text() == ("#!/usr/bin/env python3\nimport torch\nimport torch_npu  # noqa: F401\n\n"
+                               "x = torch.zeros(3).npu()\n")
     assert out.stat().st_mode & 0o777 == 0o755
     assert "+x = torch.zeros(3).npu()" in (tmp_path / "r/changes.patch").read_text()
     assert (tmp_path / "out/bin/run.sh").read_text() == "#!/bin/sh\n"

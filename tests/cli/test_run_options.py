@@ -24,12 +24,13 @@ def test_check_lists_the_files_that_would_change_and_the_sites_that_need_attenti
     monkeypatch.chdir(tmp_path)
     result = invoke(repo, "--check")
     assert result.exit_code == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED
-    err = result.stderr
+    err = result.stdout  # the listing is the command's output
     listing = err[err.index("Would change 3 files:"):]
     assert "  pkg/glued.py (1 rewrite)" in listing and "  pkg/npu_glue.py (new helper module)" in listing
     assert "  train.py (1 rewrite)" in listing and "layers.py (" not in listing
     assert "Needs attention (1 site):" in err
-    assert "  model/layers.py:3:4: NPU902 NPUs have no float64 [plan: cpu]" in err
+    assert "  model/layers.py:3:5: NPU902 NPUs have no float64" in err  # 1-based column, as ruff and editors
+    assert "  = plan (cpu): keep this computation on the CPU or use float32" in err
     assert not (tmp_path / "repo-npu").exists() and not (tmp_path / "npu-migrate-report").exists()
 
 
@@ -37,7 +38,7 @@ def test_the_summary_line_says_what_report_json_says(repo, tmp_path):
     write_tree(repo, {"broken.py": "x = (.cuda(\n"})
     result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
     s = json.loads((tmp_path / "r/report.json").read_text())["summary"]
-    line = result.stderr.replace("\n", " ")
+    line = result.stdout.replace("\n", " ")
     expected = (f"{s['files_scanned']} Python files scanned ({s['files_other']} other files, {s['files_excluded']} excluded): "
                 f"{s['files_changed']} changed, "
                 f"{s['files_unchanged']} unchanged, {s['files_skipped']} skipped (nothing to migrate), "
@@ -106,4 +107,4 @@ def test_sites_print_as_written(repo, tmp_path):
     """Rich markup and emoji codes in paths or messages are printed literally (``:100:`` is a line)."""
     write_tree(repo, {"model/[red]x.py": "\n" * 98 + "import torch\nz = torch.zeros(1).double()\n"})
     result = invoke(repo, "--check")
-    assert re.search(r"model/\[red\]x\.py:100:4: NPU902", result.stderr), result.stderr
+    assert re.search(r"model/\[red\]x\.py:100:5: NPU902", result.stdout), result.stdout

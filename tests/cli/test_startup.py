@@ -43,7 +43,7 @@ def test_help_and_explain_import_only_what_they_need(tmp_path, args, allowed):
 
 def test_explain_lists_each_code_with_its_own_summary():
     result = CliRunner().invoke(app, ["explain"])
-    lines = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stderr.splitlines() if line}
+    lines = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if line}
     # NPU321 is the RMSNorm rule's report code: its summary is its own page's, not the NPU320 rewrite's
     assert lines["NPU321"] == doc_page("NPU321").splitlines()[0].split(": ", 1)[1]
     assert lines["NPU321"] != lines["NPU320"] and lines["NPU331"] != lines["NPU330"] and lines["NPU341"] != lines["NPU340"]
@@ -73,7 +73,7 @@ def test_demo_prints_no_numpy_warning(tmp_path, numpy):
     done = subprocess.run([sys.executable, "-m", "npu_migrate.migrate", "demo", "--workdir", str(tmp_path / "w")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "3/3 case(s) passed" in done.stderr
+    assert "3/3 case(s) passed" in done.stdout
     assert "NumPy" not in done.stderr and "Warning" not in done.stderr, done.stderr[-3000:]
     if numpy == "absent":  # the probe really hid NumPy
         probe = subprocess.run([sys.executable, "-c", "import numpy"], env=env, capture_output=True, text=True)

@@ -59,7 +59,7 @@ def test_rewrites_keep_comments_and_add_the_import():
     src = b"import torch\n\n# keep me\ny = x.cuda()  # and me\n"
     result = engine(RenameCuda).migrate("m.py", src)
     assert result.status == "changed"
-    assert result.migrated == "import torch\nimport torch_npu\n\n# keep me\ny = x.npu()  # and me\n"
+    assert result.migrated == "import torch\nimport torch_npu  # noqa: F401\n\n# keep me\ny = x.npu()  # and me\n"
     (finding,) = result.findings
     assert (finding.line, finding.col, finding.action, finding.target) == (4, 6, "rewritten", "Tensor.npu")
 
@@ -126,5 +126,5 @@ def test_bom_and_line_endings_survive_byte_for_byte(ending, last, bom):
     # the one added line (the import) sits after the first line, ending like the file's first line
     first_end = ENDINGS[ending][0].encode()
     head = (b"\xef\xbb\xbf" if bom else b"") + b"import torch" + first_end
-    assert out == head + b"import torch_npu" + first_end + data[len(head):].replace(b".cuda()", b".npu()")
+    assert out == head + b"import torch_npu  # noqa: F401" + first_end + data[len(head):].replace(b".cuda()", b".npu()")
 

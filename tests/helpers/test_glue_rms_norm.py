@@ -24,7 +24,7 @@ def llama_rms_norm(x, weight, eps=EPS):
 
 
 def documented_npu_rms_norm(x, gamma, epsilon=EPS):
-    """torch_npu_facts.md: rstd = rsqrt(mean(x.float()**2) + eps); y = (x.float() * rstd * gamma.float()).to(x.dtype)."""
+    """opmap/reference/torch_npu_facts.md: rstd = rsqrt(mean(x.float()**2) + eps); y = (x.float() * rstd * gamma.float()).to(x.dtype)."""
     rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + epsilon)
     return (x.float() * rstd * gamma.float()).to(x.dtype), rstd
 

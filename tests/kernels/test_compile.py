@@ -123,3 +123,24 @@ def test_shape_errors_surface_while_tracing(torch_npu):
     with pytest.raises(Exception, match="query has 2 heads but head_num=3"):
         torch.compile(lambda q: torch_npu.npu_fusion_attention(q, q, q, 3, "BNSD")[0], fullgraph=True,
                       backend="aot_eager")(q)
+
+
+def test_compiled_attention_on_transposed_views_matches_eager(torch_npu):
+    """BNSD q/k/v as ``transpose(-1, -2)`` views under torch.compile: the fake kernel and the kernel
+    agree (contiguous outputs), forward and backward, and both equal the op on contiguous copies."""
+    gen = torch.Generator().manual_seed(0)
+    make = lambda: torch.randn(B, N, H // N, S, generator=gen).transpose(-1, -2).requires_grad_()  # noqa: E731
+    q, k, v = make(), make(), make()
+
+    def attention(q, k, v):
+        return torch_npu.npu_fusion_attention(q, k, v, N, "BNSD", atten_mask=compressed(), sparse_mode=2,
+                                              scale=1 / math.sqrt(H // N))[0]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(attention, fullgraph=True, backend="aot_eager")(q, k, v)
+    copies = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+    eager = attention(*copies)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    assert compiled.is_contiguous()
+    for got, want in zip(torch.autograd.grad(compiled.sum(), (q, k, v)), torch.autograd.grad(eager.sum(), copies)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -227,7 +227,7 @@ def test_infer_errors():
     with pytest.raises(NpuOpError, match="set num_key_value_heads for GQA"):
         npu_prompt_flash_attention(to_layout(q, "BSH"), to_layout(k, "BSH"), to_layout(v, "BSH"), num_heads=N)
     with pytest.raises(NpuOpError, match="multiple of num_key_value_heads"):
-        npu_prompt_flash_attention(q, k[:, :1].expand(-1, 3, -1, -1), v[:, :1].expand(-1, 3, -1, -1), num_heads=N,
+        npu_prompt_flash_attention(q, k[:, :1].repeat(1, 3, 1, 1), v[:, :1].repeat(1, 3, 1, 1), num_heads=N,
                                    num_key_value_heads=3, input_layout="BNSD")
     with pytest.raises(NpuOpError, match=r"D must be in \[1, 512\]"):
         big = torch.zeros(1, N, 2, 528, dtype=HALF)

@@ -35,7 +35,7 @@ def test_the_catalogue_is_the_declarations():
 def test_explain_lists_each_report_code_with_its_own_summary():
     result = CliRunner().invoke(app, ["explain"])
     assert result.exit_code == 0
-    lines = dict(line.split("  ", 1) for line in result.stderr.splitlines() if line.startswith("NPU"))
+    lines = dict(line.split("  ", 1) for line in result.stdout.splitlines() if line.startswith("NPU"))
     for report, fused in PAIRS.items():
         assert " ".join(lines[report].split()) == _declared(report)
         assert " ".join(lines[fused].split()) == _declared(fused)
@@ -45,7 +45,7 @@ def test_explain_lists_each_report_code_with_its_own_summary():
 def test_explain_code_shows_its_own_summary(code):
     result = CliRunner().invoke(app, ["explain", code])
     assert result.exit_code == 0
-    shown = " ".join(result.stderr.split())
+    shown = " ".join(result.stdout.split())
     assert f"{code}: {_declared(code)}" in shown and _declared(PAIRS[code]) not in shown
 
 

@@ -36,8 +36,9 @@ def test_an_output_path_that_links_to_path_is_refused(repo, tmp_path, monkeypatc
     assert snapshot(repo) == before
 
 
-@pytest.mark.parametrize("where", [".", "sub"])
-def test_a_report_dir_in_path_is_refused(repo, tmp_path, where):
+@pytest.mark.parametrize("where", [".", "..", "notes"])
+def test_a_report_dir_that_is_path_above_it_or_holds_other_files_is_refused(repo, tmp_path, where):
+    write_tree(repo, {"notes/todo.md": "mine\n"})
     before = snapshot(repo)
     result = invoke(repo, "--out", tmp_path / "out", "--report-dir", repo / where)
     assert result.exit_code == exitcodes.CONFIG_ERROR and "report directory" in result.stderr
@@ -65,6 +66,17 @@ def test_a_default_cache_in_path_is_not_used(repo, tmp_path, monkeypatch):
     assert reverted.exit_code == 0, reverted.output
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""  # the tree is clean again: nothing of the cache was left in it
+
+
+def test_a_new_report_dir_inside_path_is_allowed_and_left_out_of_the_migration(repo, tmp_path):
+    """CI keeps its reports in the checkout: ``--report-dir reports`` inside PATH, run after run."""
+    for _ in range(2):  # the second run finds the first one's reports there
+        result = invoke(repo, "--check", "--report-dir", repo / "reports")
+        assert not result.exit_code & exitcodes.CONFIG_ERROR, result.output
+        report = json.loads((repo / "reports/report.json").read_text())
+        assert all(not f["path"].startswith("reports/") for f in report["files"])
+        assert {"path": "reports/", "reason": "the output or report directory of this run"} in report["excluded"]
+    assert not (tmp_path / "repo-npu").exists()  # --check writes no tree, only the reports asked for
 
 
 def test_the_default_report_dir_moves_beside_path_when_cwd_is_inside_it(repo, tmp_path, monkeypatch):
@@ -170,7 +182,7 @@ def test_in_place_interrupted_by_a_full_disk_can_be_resumed_and_reverted(tmp_pat
         os.truncate(filler, os.path.getsize(filler) - 8192)  # room for git's lock file, not for a 12 kB file
         result = invoke(repo, "--in-place", "--report-dir", tmp_path / "r")
         assert result.exit_code & exitcodes.FILE_ERRORS, result.output
-        assert "--resume" in result.stderr
+        assert "--resume" in result.stdout
         assert not [p for p in repo.rglob("*") if p.name.endswith(".tmp")]
         again = invoke(repo, "--in-place", "--force", "--report-dir", tmp_path / "r")
         assert again.exit_code == exitcodes.CONFIG_ERROR and "did not finish" in again.stderr

@@ -75,7 +75,7 @@ def _fixture(root: Path, name: str, source: str, diagnostics_txt: str, expected:
 
 def test_render_replaces_the_generated_parts_and_keeps_the_hand_written_ones(tmp_path):
     source = "import torch\n\n\ndef f(x):\n    y = x.cuda()\n    return y\n"
-    expected = "import torch\nimport torch_npu\n\n\ndef f(x):\n    y = x.npu()\n    return y\n"
+    expected = "import torch\nimport torch_npu  # noqa: F401\n\n\ndef f(x):\n    y = x.npu()\n    return y\n"
     _fixture(tmp_path, "NPU777_demo", source, "5:8 NPU777 .cuda() → .npu()\n", expected)
     declared = DiagnosticCode("NPU777", "demo", "a new summary", rewrites=True, example="demo")
     page = doc_pages.render(PAGE, declared, ("Tensor.cuda",), fixtures=tmp_path)

@@ -57,7 +57,7 @@ def test_what_the_emulation_cannot_run_is_not_supported_with_the_reason(hard_run
     assert graph["verdict"] == "not supported" and "torch.cuda.graph is not emulated" in graph["errors"][0]
     assert graph["raised_in"]["at"] == "model.py:61 in forward"
     assert result.exit_code == exitcodes.PARITY_FAILED  # not a pass, but no setup error and no crash
-    assert "NOT SUPPORTED" in result.stderr
+    assert "NOT SUPPORTED" in result.stdout
 
 
 def test_emulated_cuda_presents_what_inductor_reads():

@@ -105,10 +105,10 @@ def test_correct_migration_passes_in_float32_bfloat16_and_training(correct_run):
     train = cases[("tiny-llama-train", "float32")]
     assert {g["name"] for g in train["gradients"]} >= {"loss", "embed_tokens.weight", "layers.0.mlp.up_proj.weight"}
     assert all(g["passed"] for g in train["gradients"]) and train["after_step"][0]["passed"]
-    assert "3/3 case(s) passed" in result.stderr
+    assert "3/3 case(s) passed" in result.stdout
     # the table names the fused kernels that ran and, in a non-terminal, is not squashed to 80 columns
-    assert "fused NPU kernels" in result.stderr and "npu_fusion_attention x2" in result.stderr
-    assert max(len(line) for line in result.stderr.splitlines()) > 120
+    assert "fused NPU kernels" in result.stdout and "npu_fusion_attention x2" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) > 120
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
@@ -138,7 +138,7 @@ def test_model_that_raises_during_build_is_an_error_naming_the_side(mistakes_run
     assert case["passed"] is False
     assert case["errors"][0].startswith("migrated side: the factory m_build_fails/model.py:build_model raised")
     assert "RuntimeError: planted build failure" in case["errors"][0]
-    assert "migrated side: the factory" in result.stderr
+    assert "migrated side: the factory" in result.stdout
 
 
 def test_a_raising_migrated_model_names_the_module_and_the_op(mistakes_run):
@@ -152,7 +152,7 @@ def test_a_raising_migrated_model_names_the_module_and_the_op(mistakes_run):
         "error": "NpuOpError: npu_fusion_attention: query has 4 heads but head_num=5",
     }
     assert "raised on the migrated side in layers.0.self_attn (call 0), op npu_fusion_attention, at m_raises/model.py:67" \
-        in result.stderr
+        in result.stdout
     assert case["op_coverage"]["fused_npu_ops"]["npu_rms_norm"] == 1  # what ran before the raise
 
 

@@ -1,0 +1,45 @@
+"""A ``migrate parity --json`` result as the reports show it: one row per case, the same figures on
+report.html, in report.md and (from the same tensors) in the terminal's table: outputs, gradients
+(the loss and the parameters' gradients) and the outputs after an optimizer step, each counted apart."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+COLUMNS = ("case", "dtype", "result", "outputs", "gradients", "after step", "first divergent module",
+           "CPU fallback ops", "problems")
+
+
+def metric(tensors: List[dict]) -> str:
+    """``3/3 ok, cos 0.999990, abs 1.2e-07`` over the compared tensors; ``-`` when there are none."""
+    if not tensors:
+        return "-"
+    ok = sum(1 for t in tensors if t.get("passed"))
+    cosines = [t["cosine"] for t in tensors if t.get("cosine") is not None]
+    worst = f", cos {min(cosines):.6f}" if cosines else ""
+    abs_errs = [t["max_abs_err"] for t in tensors if t.get("max_abs_err") is not None]
+    return f"{ok}/{len(tensors)} ok{worst}" + (f", abs {max(abs_errs):.1e}" if abs_errs else "")
+
+
+def rows(parity: Optional[dict]) -> List[Dict[str, str]]:
+    """One dict per case, keyed by ``COLUMNS``."""
+    out = []
+    for case in (parity or {}).get("cases", []):
+        divergent = case.get("first_divergent_module") or {}
+        fallback = ", ".join(f"{op} x{n}" for op, n in (case.get("op_coverage", {}).get("fallback_ops") or {}).items())
+        out.append({
+            "case": str(case.get("name")), "dtype": str(case.get("dtype")),
+            "result": "PASS" if case.get("passed") else "FAIL",
+            "outputs": metric(case.get("outputs", [])), "gradients": metric(case.get("gradients", [])),
+            "after step": metric(case.get("after_step", [])),
+            "first divergent module": str(divergent.get("module", "-")),
+            "CPU fallback ops": fallback or "none",
+            "problems": "; ".join([*case.get("errors", []), *case.get("weight_problems", [])]),
+        })
+    return out
+
+
+def verdict(parity: dict) -> str:
+    cases = parity.get("cases", [])
+    passed = sum(1 for c in cases if c.get("passed"))
+    return f"{'passed' if parity.get('passed') else 'FAILED'}: {passed}/{len(cases)} case(s) passed"
