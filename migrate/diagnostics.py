@@ -43,7 +43,7 @@ BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF
 WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
 UNLISTABLE = "NPU014"  # a directory could not be listed
 CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
-PATH_TOO_LONG = "NPU016"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
+PATH_TOO_LONG = "NPU020"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",

@@ -233,7 +233,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
-    ``too_long``: paths over PATH_MAX (each an NPU016 error result).
+    ``too_long``: paths over PATH_MAX (each an NPU020 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     """
     global _job

@@ -257,6 +257,6 @@ def test_a_path_over_path_max_is_reported_and_the_rest_is_migrated(tmp_path):
     assert result.exit_code == exitcodes.FILE_ERRORS, result.output
     assert "Traceback" not in result.output
     errors = [f for f in _report(tmp_path / "r")["files"] if f["status"] == "error"]
-    assert len(errors) == 1 and "NPU016" in errors[0]["error"] and "PATH_MAX" in errors[0]["error"]
+    assert len(errors) == 1 and "NPU020" in errors[0]["error"] and "PATH_MAX" in errors[0]["error"]
     assert ".npu()" in (tmp_path / "out/train.py").read_text()
     assert _report(tmp_path / "r")["written"]["not_written"] == []
