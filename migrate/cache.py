@@ -3,8 +3,8 @@ gets its stored result instead of being parsed again (like ruff's cache).
 
 Key: sha256 over a *salt* (the tool version and the hash of its own source files, including every
 rule's module, the op-table YAML files' bytes, the selected/ignored codes and the per-file limits)
-and the file's path, bytes and package flag. The value is the file's result (status, findings,
-migrated text, helpers) as JSON, never pickle. The migrated text is the only text stored: the
+and the file's path, bytes and context (its per-file ignores, first-party names). The value is the
+file's result (status, findings, migrated text, helpers) as JSON, never pickle. The migrated text is the only text stored: the
 patch and the reports are made from it again (never from a stored diff, which could disagree with
 the tree written from the text).
 
@@ -208,9 +208,9 @@ class Cache:
             except OSError as exc:
                 self.problem = f"cannot use the cache directory {self.root}: {exc.strerror or exc}"
 
-    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
+    def key(self, path: str, digest: str, context: str = "") -> str:
         """``context``: what else decides this file's result (its per-file ignores, first-party names)."""
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}\0{context}".encode(
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{context}".encode(
             "utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:

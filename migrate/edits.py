@@ -31,11 +31,14 @@ from npu_migrate.migrate.findings import Finding
 
 @dataclass(frozen=True)
 class ImportSpec:
-    """An import a rewrite needs: ``import module`` or ``from module import obj [as asname]``."""
+    """An import a rewrite needs: ``import module`` or ``from module import obj [as asname]``;
+    ``beside``: ``module`` is a file vendored beside the migrated file (``migrate.imports`` writes
+    the import that finds it in every layout)."""
 
     module: str
     obj: Optional[str] = None
     asname: Optional[str] = None
+    beside: bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -35,7 +35,7 @@ PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # every 700 allocations (CPython's default) scans the young trees again and again for nothing.
 WORKER_GC_THRESHOLD = (50_000, 20, 20)
 
-Task = Tuple[str, bool]  # (path relative to the root, whether its directory is a package)
+Task = str  # a path relative to the root
 
 
 @dataclass
@@ -116,8 +116,7 @@ class _Job:
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _migrate_task(task: Task) -> FileResult:
-    path, in_package = task
+def _migrate_task(path: Task) -> FileResult:
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
@@ -125,7 +124,7 @@ def _migrate_task(task: Task) -> FileResult:
         return error_result(path, exc.code, exc.message)
     digest = hashlib.sha256(data).hexdigest()
     engine, context = job.engine_for(path)
-    key = job.cache.key(path, digest, in_package, context) if job.cache is not None else None
+    key = job.cache.key(path, digest, context) if job.cache is not None else None
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
@@ -134,7 +133,7 @@ def _migrate_task(task: Task) -> FileResult:
             return hit
     try:
         with time_budget(job.limits.max_seconds):
-            result = engine.migrate(path, data, in_package=in_package)
+            result = engine.migrate(path, data)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
@@ -160,22 +159,12 @@ def _file_diff(result: FileResult) -> str:
 def _lost(task: Task, why: str) -> FileResult:
     """The result of a file whose worker died or stayed silent past the hard limit."""
     if why.startswith("no answer"):
-        return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
-                                                            f"(--file-timeout; {why}); not migrated")
-    return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
+        return error_result(task, diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
+                                                         f"(--file-timeout; {why}); not migrated")
+    return error_result(task, diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
 # -- main side --------------------------------------------------------------------------------------
-def _tasks(python: Sequence[str]) -> List[Task]:
-    """Each file with whether its directory holds an ``__init__.py`` (helpers then import relatively)."""
-    present = set(python)
-    tasks = []
-    for path in python:
-        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        tasks.append((path, parent + "__init__.py" in present))
-    return tasks
-
-
 def first_party_names(python: Sequence[str]) -> Dict[str, FrozenSet[str]]:
     """isort's first-party module names, by directory ("" for PATH): the modules and packages at the
     top of PATH (and of its ``src/``), and for each directory the modules beside its files (a script
@@ -243,13 +232,13 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     results += [error_result(display(d.path), diagnostics.PATH_TOO_LONG, d.reason) for d in too_long]
     copied = list(copied)
     tasks = []
-    for task in _tasks(python):
-        problem = name_problem(task[0])
+    for path in python:
+        problem = name_problem(path)
         if problem:  # reported under a printable name, copied under its own
-            results.append(error_result(display(task[0]), diagnostics.BAD_NAME, problem))
-            copied.append(task[0])
+            results.append(error_result(display(path), diagnostics.BAD_NAME, problem))
+            copied.append(path)
         else:
-            tasks.append(task)
+            tasks.append(path)
     _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
                 ignored_in or (lambda path: ()), table, select, ignore)
     try:

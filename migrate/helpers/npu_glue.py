@@ -313,15 +313,26 @@ def _limits_hold(batch, heads, mode, grads):
     return batch < ROTARY_MAX_BATCH_HEADS and heads < ROTARY_MAX_BATCH_HEADS
 
 
+def _table(t):
+    """A 2-D or 3-D cos/sin table as the 4-D table it broadcasts as against a 4-D x (leading 1s:
+    ``x * cos`` broadcasts so, and the kernel takes 11SD, 1S1D, S11D, ... tables)."""
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t
+
+
 def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
     """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
     original code does (same result shape and dtype, no broadcasting the kernel lacks, tables in
-    [-1, 1]: checked once per table). A rule may pass ``table_proven=True`` when cos and sin come
-    straight from ``torch.cos``/``torch.sin`` (or ``.cos()``/``.sin()``) through views, slicing,
-    indexing, ``cat``/``repeat`` of such tables, ``unsqueeze`` and dtype casts only: a product
-    (Hugging Face's ``* attention_scaling``) breaks the proof."""
+    [-1, 1]: checked once per table). 2-D and 3-D tables count as the 4-D tables they broadcast as.
+    A rule may pass ``table_proven=True`` when cos and sin come straight from
+    ``torch.cos``/``torch.sin`` (or ``.cos()``/``.sin()``) through views, slicing, indexing,
+    ``cat``/``repeat`` of such tables, ``unsqueeze`` and dtype casts only: a product (Hugging
+    Face's ``* attention_scaling``) breaks the proof."""
     if not all(torch.is_tensor(t) for t in (x, cos, sin)):
         return False
+    if 2 <= cos.dim() < 4 and cos.shape == sin.shape:
+        cos, sin = _table(cos), _table(sin)
     if x.dim() != 4 or cos.dim() != 4 or cos.shape != sin.shape or x.numel() == 0:
         return False
     if x.dtype not in _FLOATS or not x.dtype == cos.dtype == sin.dtype or not x.device == cos.device == sin.device:
@@ -341,6 +352,7 @@ def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
 
 def rotary_mul(x, cos, sin, mode="half"):
     """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted."""
+    cos, sin = _table(cos), _table(sin)
     if _folds(x, cos, mode):
         return torch_npu.npu_rotary_mul(_fold(x), _fold(cos), _fold(sin), mode).reshape(x.shape)
     return torch_npu.npu_rotary_mul(x, cos, sin, mode)

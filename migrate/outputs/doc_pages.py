@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.helpers import BESIDE, HELPER
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
 COMMAND = "python -m npu_migrate.migrate.outputs.doc_pages --write"
@@ -71,7 +72,8 @@ def _finding(example: Path, code: str) -> Tuple[int, str]:
 
 def _only_imports(group, before: List[str], after: List[str]) -> bool:
     changed = [line for tag, i1, i2, j1, j2 in group if tag != "equal" for line in (*before[i1:i2], *after[j1:j2])]
-    return all(not line.strip() or line.startswith(("import ", "from ")) for line in changed)
+    helper_import = BESIDE.format(HELPER).splitlines()
+    return all(not line.strip() or line.startswith(("import ", "from ")) or line in helper_import for line in changed)
 
 
 def _first_hunk(before: List[str], after: List[str]) -> Tuple[List[str], List[str]]:

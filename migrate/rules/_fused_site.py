@@ -59,7 +59,8 @@ def cheap(node: cst.CSTNode, index: bool = False) -> bool:
 
 
 def operand_text(piece: Slice, value) -> Optional[str]:
-    """Source for ``value`` valid where ``piece``'s guard runs and cheap to evaluate twice, or None."""
+    """Source for ``value`` valid where ``piece``'s guard runs and cheap to evaluate twice (an atom,
+    as ``operand_code`` gives), or None."""
     text = operand_code(piece, value)
     if text is None or text.isidentifier():
         return text
@@ -67,9 +68,7 @@ def operand_text(piece: Slice, value) -> Optional[str]:
         node = cst.parse_expression(text)
     except cst.ParserSyntaxError:
         return None
-    if not cheap(node):
-        return None
-    return f"({text})" if isinstance(node, cst.Tuple) and not node.lpar else text
+    return text if cheap(node) else None
 
 
 def whole_value(node: cst.CSTNode, parents) -> Optional[str]:

@@ -32,9 +32,11 @@ from npu_migrate.migrate.defuse import read
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import MOVED_PLAN, Blocked, probabilities_used
 from npu_migrate.migrate.rules._attention_definitions import causal_alignment, is_tril_buffer
 from npu_migrate.migrate.rules._attention_match import Attention, repeated_heads
+from npu_migrate.migrate.rules._attention_rank import RANK_PLAN, Shaped, shaped
 from npu_migrate.migrate.rules._attention_rule import FunctionRule
 from npu_migrate.migrate.rules._later_uses import load_sites_after
 from npu_migrate.migrate.rules._normal import number
@@ -153,12 +155,16 @@ class EagerAttention(FunctionRule, Rule):
                           tuple(i for i in piece.hoisted if i < piece.end - 1))
             if piece.start >= piece.end:
                 return "the attention is written in one expression inside a larger one (assign it to a name first)"
+        shape = shaped([att.q, k, v])
+        if isinstance(shape, Blocked) or shape.rank not in (None, 4) and k is not att.k:
+            return shape if isinstance(shape, Blocked) else "K and V repeated for grouped heads are not 4-D"
         texts = {}
         for name, value in (("q", att.q), ("k", k), ("v", v)):
             texts[name] = operand_code(piece, value)
             if texts[name] is None:
                 return f"the {name} operand is not available as a plain name where the attention starts"
-        spec = self._spec(att, view, piece, texts, (att.k, texts["k"]) if k is not att.k else None)
+            texts[name] = shape.operand(texts[name])
+        spec = self._spec(att, view, piece, texts, (att.k, texts["k"]) if k is not att.k else None, shape)
         if isinstance(spec, str):
             return spec
         guard, masks = spec
@@ -169,7 +175,7 @@ class EagerAttention(FunctionRule, Rule):
             guard.append(f"{subject} is None")
         probs_guards, probs_none = [], []
         for _ in range(3):
-            written = self._code(att, piece, texts, form, guard + probs_guards, masks, probs_none)
+            written = self._code(att, piece, texts, form, guard + probs_guards, masks, probs_none, shape)
             if written is None:
                 return "the scale is not available as a plain expression where the attention starts"
             guard_text, fused = written
@@ -185,7 +191,7 @@ class EagerAttention(FunctionRule, Rule):
                 anchor = piece.block.body[piece.start]
                 how = f"sparse_mode={masks[0][1]} causal mask" if masks and masks[0][0] == "causal" else (
                     "masks converted at run time" if masks else "no mask")
-                self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}) → {TARGET}, guarded by "
+                self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by "
                                      f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
                              imports=[ImportSpec("torch_npu")], helpers=[HELPER])
                 return None
@@ -214,9 +220,10 @@ class EagerAttention(FunctionRule, Rule):
         name = next(n for n in ("attn_output", "attention_output", "attn_out", "attn_output_npu") if n not in used)
         return "inside", name
 
-    def _spec(self, att: Attention, view, piece: Slice, texts, repeated=None):
+    def _spec(self, att: Attention, view, piece: Slice, texts, repeated=None, shape: Shaped = Shaped()):
         """(guard terms, masks) for the fused call, or why it cannot be written. ``repeated``: (the
-        K repeated for GQA, source of the K it repeats) when the kernel gets the latter."""
+        K repeated for GQA, source of the K it repeats) when the kernel gets the latter; ``shape``: how
+        q/k/v of the rank the code gives them reach the kernel (masks follow them)."""
         masks: List[Tuple[str, str]] = []  # (kind, code) or ("causal", mode, slice code)
         cls = view.scope.cls
         for term in att.terms:
@@ -226,6 +233,11 @@ class EagerAttention(FunctionRule, Rule):
                 text = _sequence_length_of(piece, term.value, *repeated)
             if causal is None and text is None:
                 return "a mask is not available as a plain expression where the attention starts"
+            if text is not None and causal is None:
+                text = shape.mask(text, term.value)
+                if text is None:
+                    return Blocked(None, "a mask of 3-D attention (heads merged into the batch) whose rank the code "
+                                         "does not fix", RANK_PLAN)
             if term.condition is not None:
                 condition = operand_code(piece, term.condition) if term.condition.node is None else \
                     _condition_code(piece, term.condition)
@@ -233,7 +245,7 @@ class EagerAttention(FunctionRule, Rule):
                     return "the condition of a mask is not available where the attention starts"
                 subject = condition.split(" is not ")[0]
                 if text != subject:
-                    text = f"{text} if {condition} else None"
+                    text = atom(f"{text} if {condition} else None")
             masks.append((term.kind, text, causal))
         if len(masks) == 1 and masks[0][2] is not None:
             return [], [("causal", masks[0][2][0], masks[0][2][1])]
@@ -257,9 +269,9 @@ class EagerAttention(FunctionRule, Rule):
         found = causal_alignment(value.node)
         if found is None or not is_tril_buffer(cls, found[0], self.qualified_name):
             return None
-        return found[1], code(value.node)
+        return found[1], atom(code(value.node))
 
-    def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none):
+    def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none, shape: Shaped):
         q, k, v = texts["q"], texts["k"], texts["v"]
         causal = masks[0] if masks and masks[0][0] == "causal" else None
         mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
@@ -276,7 +288,7 @@ class EagerAttention(FunctionRule, Rule):
                 scale = f"float({scale})"
         guard += guard_terms
         value = f"{v}.to({q}.dtype)" if att.value_cast else v
-        args = [q, k, value, f"{q}.shape[1]", '"BNSD"']
+        args = [q, k, value, shape.heads(q), '"BNSD"']
         if causal:
             args += [f"atten_mask={HELPER}.causal_mask({q}.device)", f"sparse_mode={causal[1]}"]
         elif mask_args:
@@ -290,7 +302,7 @@ class EagerAttention(FunctionRule, Rule):
         if len(indent) + len(test) + 4 > WIDTH:
             test = "(\n" + "\n".join(f"{unit}{'and ' if i else ''}{g}" for i, g in enumerate(guard)) + "\n)"
         cast = f".to({v}.dtype)" if att.value_cast else ""
-        call = f"{TARGET}(\n{_wrap(args, unit, len(indent) + len(unit))}\n)[0]{cast}"
+        call = f"{TARGET}(\n{_wrap(args, unit, len(indent) + len(unit))}\n)[0]{shape.result}{cast}"
         fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
         fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
         return test, fused
@@ -302,11 +314,11 @@ class EagerAttention(FunctionRule, Rule):
         module = dropout["module"]
         if module is not None:
             name = operand_code(piece, module)
-            return f"1 - {name}.p if {name}.training else 1.0"
+            return atom(f"1 - {name}.p if {name}.training else 1.0")
         p = operand_code(piece, dropout["p"]) if dropout["p"] is not None else "0.5"
         if dropout["training"] is None:
-            return f"1 - {p}"
-        return f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0"
+            return atom(f"1 - {p}")
+        return atom(f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0")
 
     # -- probabilities read afterwards -----------------------------------------------------------
     def _probabilities_read_after(self, att: Attention, piece: Slice, problem: str) -> Optional[str]:
@@ -360,12 +372,12 @@ def _sequence_length_of(piece: Slice, mask, repeated, source: str) -> Optional[s
         lengths = len(re.findall(rf"\b{re.escape(name)}{SEQUENCE_LENGTH.pattern}", text))
         if uses != lengths:
             return None
-        text = re.sub(rf"\b{re.escape(name)}(?={SEQUENCE_LENGTH.pattern})", source, text)
+        text = re.sub(rf"\b{re.escape(name)}(?={SEQUENCE_LENGTH.pattern})", lambda _: source, text)
     renamed = piece.view.value(node)  # the mask's other names must read the same at the guard
     for name in _names_in_text(text, names):
         if env.get(name) is not piece.guard_env().get(name):
             return None
-    return text if names and renamed is mask else None
+    return atom(text) if names and renamed is mask else None
 
 
 def _names_in_text(text: str, skip) -> List[str]:

@@ -37,6 +37,7 @@ from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import Slice, operand_code, statement_of
@@ -264,12 +265,12 @@ class MoeGating(Rule):
         """Source for an input where the guard runs; arithmetic of such inputs (``n_expert // n_group``
         read in an inlined helper) is written from its parts."""
         if value.op == "const" and value.node is not None:
-            return code(value.node)
+            return atom(code(value.node))
         text = operand_code(piece, value)
         if text is None and value.op in ARITHMETIC and value.input is not None and value["other"] is not None:
             left, right = self._text(piece, value.input), self._text(piece, value["other"])
             if left is not None and right is not None:
-                return f"({left} {ARITHMETIC[value.op]} {right})"
+                return atom(f"{left} {ARITHMETIC[value.op]} {right}")
         return text
 
     def _kernel_input(self, r: Router, piece: Slice) -> Optional[str]:
@@ -301,7 +302,7 @@ class MoeGating(Rule):
             other = operand_code(piece, dtype)
             return f"{other}.dtype" if other is not None else None
         if dtype.node is not None:
-            return code(dtype.node) if dtype.op == "name" else operand_code(piece, dtype)
+            return atom(code(dtype.node)) if dtype.op == "name" else operand_code(piece, dtype)
         return self._spelled(dtype.name)
 
     def _spelled(self, qualified: Optional[str]) -> Optional[str]:
@@ -322,5 +323,5 @@ class MoeGating(Rule):
             return f".{method}()"
         if dtype.op == "name" and dtype.name in ("torch.float32", "torch.float"):
             return ".float()"
-        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else code(dtype.node)
+        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else atom(code(dtype.node))
         return f".to({text})" if text is not None else None

@@ -32,7 +32,9 @@ from npu_migrate.migrate.defuse import read
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
+from npu_migrate.migrate.rules._module_class import never_plain_linear
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
@@ -75,9 +77,16 @@ class SwiGlu(Rule):
             if isinstance(match, Blocked):
                 self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
                 continue
-            problem = self._rewrite(match, view)
+            problem = self._never_plain(match, view) or self._rewrite(match, view)
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
+
+    def _never_plain(self, m: Gated, view) -> Optional[str]:
+        """Why the two projections can never be the plain nn.Linear modules the fused call needs."""
+        if m.form != "projections":
+            return None
+        return next(filter(None, (never_plain_linear(view, module, self.ctx.module, self.qualified_name)
+                                  for module in m.modules)), None)
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
         """The cheap filter before the view is built: the function names an activation (or a split)
@@ -271,7 +280,7 @@ class SwiGlu(Rule):
             return made
         text, holes, what = made
         act = self._act(m)
-        guard = f"{HELPER}.is_glu({code(act.node) if not isinstance(act, str) else act}) and {{flag}}"
+        guard = f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act}) and {{flag}}"
         edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
                       [template(f"{target} = {text}\n", **holes)], at_entry=True,
                       unit=self.ctx.indentation(outer)[1])
@@ -425,6 +434,6 @@ def _operand(view, value, block, feeders, here, product, parents, moved=()) -> O
     if named:
         return named[0], None
     if value.op == "attr" and value.input is not None and value.input.op == "param" and node is not None:
-        return code(node), None
+        return atom(code(node)), None
     return None
 

@@ -177,8 +177,8 @@ EQUAL_DTYPES_ONLY = {"T5LayerNorm"}  # its result dtype depends on a branch over
 NO_WEIGHT = {"NoWeightNorm"}
 
 
-def migrate(source: str) -> str:
-    return migrate_selected(source, "NPU320")
+def migrate(source: str, spelling: str = "as written") -> str:
+    return migrate_selected(source, "NPU320", spelling=spelling)
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +194,23 @@ def norms(npu):
     return load(RMS_NORMS), load(migrated)
 
 
+@pytest.fixture(scope="module")
+def norms_low(npu):
+    """The norms migrated with every pasted operand ``x if True else x`` (tests/rules/emulated.py)."""
+    return load(RMS_NORMS), load(migrate(RMS_NORMS, "low precedence"))
+
+
 def sample(*shape, dtype=F32, seed=1):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 @pytest.mark.parametrize("name", NORMS)
-@pytest.mark.parametrize("x_dtype,w_dtype", [(F32, F32), (BF16, BF16), (BF16, F32), (F32, BF16)],
-                         ids=["f32", "bf16", "bf16-x-f32-weight", "f32-x-bf16-weight"])
-def test_rms_norm_forms_match_the_original(npu, norms, name, x_dtype, w_dtype):
-    before, after = twins(*norms, name, 16, dtype=w_dtype)
+@pytest.mark.parametrize("x_dtype,w_dtype,spelling", [
+    (F32, F32, "as written"), (BF16, BF16, "as written"), (BF16, F32, "as written"), (F32, BF16, "as written"),
+    (F32, F32, "low precedence"), (BF16, F32, "low precedence")],
+    ids=["f32", "bf16", "bf16-x-f32-weight", "f32-x-bf16-weight", "f32-low-precedence", "mixed-low-precedence"])
+def test_rms_norm_forms_match_the_original(npu, norms, norms_low, name, x_dtype, w_dtype, spelling):
+    before, after = twins(*(norms if spelling == "as written" else norms_low), name, 16, dtype=w_dtype)
     x = sample(2, 3, 16, dtype=x_dtype)
     with counting(npu, "npu_rms_norm") as calls:
         got = after(x)

@@ -21,10 +21,14 @@ from npu_migrate import kernels
 from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.rotary import Rotary
 from npu_migrate.opmap import load_table as _load_table
+from tests.rules.emulated import pasted_low
 
 load_table = lru_cache(maxsize=1)(_load_table)
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
+
+TABLES = (Path(__file__).parents[2] / "fixtures" / "rules" / "NPU310_rotary_tables" / "input.py").read_text() \
+    .replace("def rope(", "def f(")
 
 HALF = '''
 import torch
@@ -294,6 +298,16 @@ def interleaved_inputs():
     return randn(B, S, N, D), a.cos(), a.sin()
 
 
+def tables_2d_inputs():
+    cos, sin = half_tables(S)  # [S, D] tables for a [B, N, S, D] x: 11SD as they broadcast
+    return randn(B, N, S, D), cos, sin
+
+
+def tables_3d_inputs():
+    cos, sin = half_tables(S, 1)  # [S, 1, D] tables for a [B, S, N, D] x: 1S1D as they broadcast
+    return randn(B, S, N, D), cos, sin
+
+
 def litgpt_inputs():
     cos, sin = half_tables(B, S)  # (B, T, head_size): apply_rope views them to (B, 1, T, head_size)
     return randn(B, N, S, D), cos, sin
@@ -313,19 +327,24 @@ CASES = {
     "negated-rotation": (FLIPPED, "half", llama_inputs),
     "roformer-reshape-as": (ROFORMER, "interleave", interleaved_inputs),
     "einops-rearrange-pairs": (EINOPS, "interleave", interleaved_inputs),
+    # fewer-dim tables: rotary_fits once refused them (never fused although counted as rewritten)
+    "tables-2d": (TABLES, "half", tables_2d_inputs),
+    "tables-3d": (TABLES, "half", tables_3d_inputs),
 }
 
 
-def migrate(source):
-    result = Engine(load_table(), [Rotary]).migrate("snippet.py", source.encode())
+def migrate(source, spelling="as written"):
+    with pasted_low(spelling == "low precedence"):
+        result = Engine(load_table(), [Rotary]).migrate("snippet.py", source.encode())
     assert result.status == "changed", result.findings
+    assert spelling == "as written" or " if True else " in result.migrated
     assert {f.code for f in result.findings} == {"NPU310"}
     assert all(f.target == "torch_npu.npu_rotary_mul" for f in result.findings)
     return result.migrated
 
 
 def run(source, args):
-    namespace = {}
+    namespace = {"__name__": "snippet"}
     exec(compile(source, "snippet.py", "exec"), namespace)
     return namespace["f"](*args)
 
@@ -357,13 +376,15 @@ def tolerance(mode, dtype):
     return load_table().exact(f"pattern.rotary.{mode}").tolerance[str(dtype).removeprefix("torch.")]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
+                                            (torch.float32, "low precedence")],
+                         ids=["float32", "bfloat16", "float32-low-precedence"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_rewrite_matches_the_original(case, dtype, npu):
+def test_rewrite_matches_the_original(case, dtype, spelling, npu):
     source, mode, make_inputs = CASES[case]
     args = [t.to(dtype) for t in make_inputs()]
     expected = as_tuple(run(source, args))
-    got = as_tuple(run(migrate(source), args))
+    got = as_tuple(run(migrate(source, spelling), args))
     assert npu and set(npu) == {mode}, "the fused kernel did not run"
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):

@@ -209,9 +209,8 @@ def npu():
         yield module
 
 
-@pytest.fixture(scope="module")
-def mlps(npu):
-    migrated = migrate(MLPS, "NPU330")
+def _mlps(spelling):
+    migrated = migrate(MLPS, "NPU330", spelling=spelling)
     for call, count in EMITTED.items():
         assert migrated.count(f"npu_glue.{call}") == count, (call, migrated)
     assert "F.silu(x_fc_1)" not in migrated and "* up" not in migrated.split("class Experts")[1].split("class Einsum")[0]
@@ -219,6 +218,17 @@ def mlps(npu):
     original, fused = load(MLPS, ACTIVATIONS=activations), load(migrated, ACTIVATIONS=activations)
     fused["npu_glue"]._geglu_first(torch.device("cpu"))  # the once-per-device probe, not counted below
     return original, fused
+
+
+@pytest.fixture(scope="module")
+def mlps(npu):
+    return _mlps("as written")
+
+
+@pytest.fixture(scope="module")
+def mlps_low(npu):
+    """Migrated with every pasted operand ``x if True else x`` (tests/rules/emulated.py)."""
+    return _mlps("low precedence")
 
 
 def _inputs(name, dtype, seed=4):
@@ -247,9 +257,10 @@ CASES += [("LitLLaMAMLP", None), ("GeGLU", "tanh"), ("GeGLU", "none"), ("GeGLUHa
 
 
 @pytest.mark.parametrize("name,act", CASES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gated_mlp_forms_match_the_original(npu, mlps, name, act, dtype):
-    before, after = twins(*mlps, name, act, dtype=dtype)
+@pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
+                                            (torch.float32, "low precedence")])
+def test_gated_mlp_forms_match_the_original(npu, mlps, mlps_low, name, act, dtype, spelling):
+    before, after = twins(*(mlps if spelling == "as written" else mlps_low), name, act, dtype=dtype)
     got, want, calls = _run(npu, before, after, name, dtype)
     assert got.dtype == want.dtype
     kernel = KERNEL["none" if name == "GeGLUHalves" else act]
@@ -328,3 +339,22 @@ def test_geglu_finds_the_activated_half_on_the_device(npu, mlps, monkeypatch, ha
         assert calls["npu_geglu"] == 1
         torch.testing.assert_close(got, want, **tolerance("npu_geglu", torch.float32))
     assert list(mlps[1]["npu_glue"]._geglu_first_flag.values()) == [half == "right"]
+
+
+def test_projections_of_a_repos_own_linear_classes(npu):
+    """GeGLU over the repo's own ``Linear`` (an nn.Module with its own forward) is reported, not counted
+    as rewritten (its guard could never hold); over a subclass of nn.Linear that keeps its forward it
+    is fused and the kernel runs (fixtures NPU331_swiglu_own_linear, NPU330_swiglu_linear_subclass)."""
+    from pathlib import Path
+
+    case = Path(__file__).parents[2] / "fixtures" / "rules" / "NPU330_swiglu_linear_subclass"
+    source = (case / "input.py").read_text()
+    original, fused = load(source), load(migrate(source, "NPU330"))
+    fused["npu_glue"]._geglu_first(torch.device("cpu"))
+    for name, kernel_runs in (("PlainGeGLU", 1), ("GeGLU", 0)):
+        before, after = twins(original, fused, name, 8, 16)
+        x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+        with counting(npu, "npu_geglu") as calls, torch.no_grad():
+            got = after(x)
+        torch.testing.assert_close(got, before(x), **tolerance("npu_geglu", torch.float32))
+        assert calls == {"npu_geglu": kernel_runs}, name
