@@ -45,6 +45,7 @@ WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
 UNLISTABLE = "NPU014"  # a directory could not be listed
 CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
 DECLARATION_INVALID = "NPU017"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
+PATH_TOO_LONG = "NPU020"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",
@@ -63,10 +64,11 @@ TOOL_CODES: Dict[str, str] = {
     UNLISTABLE: "directory could not be listed; its files are not in the output",
     CHANGED_DURING_RUN: "file changed on disk during the run; not written",
     DECLARATION_INVALID: "dependency or launcher file does not parse in its format (TOML, YAML, Python); not migrated",
+    PATH_TOO_LONG: "path longer than the system's limit (PATH_MAX); not migrated or copied",
 }
 FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR, TOO_LARGE, TIMED_OUT,
                          WORKER_DIED, TOO_DEEP, HELPER_CONFLICT, BAD_NAME, WRITE_ERROR, UNLISTABLE,
-                         CHANGED_DURING_RUN, DECLARATION_INVALID})  # whole files, not sites
+                         CHANGED_DURING_RUN, DECLARATION_INVALID, PATH_TOO_LONG})  # whole files, not sites
 
 DOCS_DIR = Path(__file__).parent / "docs"
 

@@ -113,6 +113,15 @@ class Guarded:
 Edit = Union[Replace, Splice, Guarded]
 
 
+def edit_codes(edit: Edit) -> Tuple[Code, ...]:
+    """The new code of ``edit`` (whose holes name the original nodes it keeps)."""
+    if isinstance(edit, Replace):
+        return (edit.new,) if isinstance(edit.new, Code) else ()
+    if isinstance(edit, Splice):
+        return tuple(edit.new)
+    return (edit.guard, *edit.fused, *edit.tail)
+
+
 def statements(block: Block) -> Sequence[cst.BaseStatement]:
     return block.body
 

@@ -132,6 +132,8 @@ def _migrate_task(path: Task) -> FileResult:
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
+            if hit.status == "changed":
+                hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
             return hit
     try:
         with time_budget(job.limits.max_seconds):
@@ -225,21 +227,23 @@ def _enabled_in(select, ignore, ignored_in: Callable[[str], Tuple[str, ...]]):
 
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        progress: bool = False, limits: Limits = Limits(), cache=None, isolate: bool = True,
-        ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
+        too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
+        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory, then the dependency and launcher files
     among ``copied`` (the rest is copied unchanged).
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
-    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result).
+    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
+    ``too_long``: paths over PATH_MAX (each an NPU020 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     """
     global _job
     root = Path(root)
     jobs = max(1, jobs or os.cpu_count() or 1)
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
+    results += [error_result(display(d.path), diagnostics.PATH_TOO_LONG, d.reason) for d in too_long]
     declared, copied = declared_files.split(root, copied)
     tasks = []
     for path in python:

@@ -5,16 +5,29 @@ The fused ``torch_npu`` kernels are exact replacements only under conditions kno
 kernels). The functions here check those conditions and convert masks to the NPU convention; every
 migrated call site falls back to its original code when they do not hold.
 
-Cost on the hot path: a guard reads shapes, dtypes, devices, Python values and flags. Conditions
-on tensor *values* (an additive mask holds only 0 and minus infinity, no query row is masked
-entirely, rotary tables lie in [-1, 1]) need a device->host sync, so each is checked once per
-distinct tensor and remembered while that tensor lives unchanged (identity + version counter:
-an in-place change re-checks); a forward pass then pays one sync per distinct mask or table, not
-one per layer. Inference tensors (``torch.inference_mode``) have no version counter and are
-checked on every call. A rule that can see where a mask or table comes from passes a proof flag
-(``mask_values_proven``, ``live_rows_proven``, ``table_proven``) and no check runs at all. Under
-``torch.compile`` an unproven value condition is never evaluated: the original code runs, so the
-graph has no data-dependent branch.
+Derived state: nothing computed from a tensor's values is kept from one call to the next. A
+model's parameters and buffers change in ways no cheap key sees: ``AdamW(fused=True)`` (and
+``foreach=True`` on accelerators), ``torch._foreach_*`` ops and every ``p.data.copy_()`` leave the
+version counter where it was; FSDP-style swaps and ``set_`` can land on a freed tensor's address;
+``load_state_dict``, ``fill_`` and ``nn.init`` change a buffer proven causal where it was built. So:
+
+- the gated MLP's gate and up projections run as the original runs them and their outputs are
+  concatenated for npu_swiglu / npu_geglu (a copy of the activations per call, no [gate; up]
+  weight kept);
+- masks are converted to the NPU convention from their current values on every call (elementwise,
+  on the device, no sync), a causal buffer included: the kernel gets the buffer's values as its
+  mask, never a causal mode chosen from what the buffer held when the class was written;
+- pair rotary tables are widened to per-channel tables on every call (S x D, not the activations);
+- value conditions (an additive mask holds only 0 and minus infinity, no query row is masked
+  entirely, an MoE bias is not negative) are checked on every call that needs them, all of a
+  call's in one device->host sync, unless a rule proves them from code in the same call
+  (``mask_values_proven``, ``live_rows_proven``); rotary tables are not checked at all (the kernel
+  takes any values). Under ``torch.compile`` an unproven value condition is never evaluated: the
+  original code runs, so the graph has no data-dependent branch.
+
+The trade-off, measured on the emulator by ``benchmarks/state_changes.py``, is in the repository's
+``docs/design.md`` ("Derived state"): a cache keyed on identity, version and address is faster
+by one copy of the weights per step and silently wrong after a fused optimizer step.
 
 Sections: value checks, attention, rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only
 torch, torch_npu, math, functools and sys.
@@ -26,7 +39,6 @@ from functools import lru_cache, reduce
 
 import torch
 import torch_npu
-from torch.utils.weak import WeakIdKeyDictionary, WeakIdRef
 
 #: Largest head dim and head count npu_fusion_attention takes.
 MAX_HEAD_DIM = 768
@@ -39,64 +51,25 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 npu_glue = sys.modules[__name__]
 
 
-# -- value checks, once per distinct tensor ------------------------------------------------------
+# -- value checks, on every call --------------------------------------------------------------------
 
 
 def _compiling():
     return torch.compiler.is_compiling()
 
 
-class _Memo:
-    """Results computed from tensors' values, reused while every tensor lives unchanged.
-
-    An entry is keyed by each tensor's base (views share it and its version counter), the view's
-    data pointer, shape, strides and dtype, and is valid while the version counters are unchanged.
-    It holds only weak references to the tensors and is dropped when one is freed, so a new tensor
-    that reuses a freed one's id never sees its result; at most ``size`` entries are kept.
-    """
-
-    def __init__(self, size=64):
-        self._entries = {}
-        self._size = size
-
-    def get(self, tensors, extra, compute):
-        if not all(_versioned(t) for t in tensors):
-            return compute()
-        bases = [t if t._base is None else t._base for t in tensors]
-        key = (extra, *((id(b), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for b, t in zip(bases, tensors)))
-        versions = tuple(t._version for t in tensors)
-        entry = self._entries.get(key)
-        if entry is not None and entry[1] == versions and all(r() is b for r, b in zip(entry[0], bases)):
-            return entry[2]
-        value = compute()
-        drop = lambda _ref, key=key: self._entries.pop(key, None)  # noqa: E731
-        self._entries.pop(key, None)
-        self._entries[key] = (tuple(WeakIdRef(b, drop) for b in bases), versions, value)
-        while len(self._entries) > self._size:
-            self._entries.pop(next(iter(self._entries)))
-        return value
-
-
-def _versioned(t):
-    """A plain strided tensor with a version counter (inference tensors have none)."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_inference()
-
-
-_converted = _Memo()  # attention masks in the NPU convention
-_checked = _Memo()  # value conditions: True / False
-
-
 def _holds(tensors, conditions):
     """Whether every condition (name -> a function giving a 0-d bool tensor over ``tensors``' values)
-    holds: one sync per distinct tensors. Pass only the unproven conditions; under torch.compile, or
-    on meta tensors, an unproven condition counts as not holding."""
+    holds, read back with one device->host sync for all of them. Evaluated on every call, never
+    remembered: no key says that a tensor's values are still those a verdict was made on (see
+    "Derived state" above). Pass only the unproven conditions; under torch.compile, or on meta
+    tensors, an unproven condition counts as not holding."""
     if not conditions:
         return True
     if _compiling() or any(t.is_meta for t in tensors):
         return False
-    names = tuple(sorted(conditions))
     with torch.no_grad():
-        return _checked.get(tensors, names, lambda: bool(reduce(torch.logical_and, [conditions[n]() for n in names])))
+        return bool(reduce(torch.logical_and, [check() for check in conditions.values()]))
 
 
 # -- attention ----------------------------------------------------------------------------------------
@@ -144,38 +117,35 @@ def _fit(masked, query, key):
     return masked.expand(b, n if masked.shape[1] != 1 else 1, sq, skv)
 
 
-def _masks(query, key, additive, masked, keep):
+def _masks(query, key, additive, masked, keep, causal=None):
     """The (kind, mask) pairs given, or None when one is not a tensor of the right dtype and shape."""
-    masks = [(kind, m) for kind, m in (("additive", additive), ("masked", masked), ("keep", keep)) if m is not None]
+    given = (("additive", additive), ("masked", masked), ("keep", keep), ("causal", causal))
+    masks = [(kind, m) for kind, m in given if m is not None]
     for kind, m in masks:
         if not torch.is_tensor(m) or not _broadcasts(m, query, key):
             return None
-        if not (m.is_floating_point() if kind == "additive" else m.dtype == torch.bool):
+        if kind == "additive" and not m.is_floating_point() or kind in ("masked", "keep") and m.dtype != torch.bool:
+            return None
+        if kind == "causal" and (m.is_complex() or tuple(m.shape[-2:]) != (query.shape[2], key.shape[2])):
             return None
     return masks
 
 
 def _term(kind, mask):
-    """One mask as a bool tensor, True = masked out. Additive "minus infinity": -inf or about dtype min."""
+    """One mask as a bool tensor, True = masked out. Additive "minus infinity": -inf or about dtype min;
+    a causal buffer's slice: its zeros (``masked_fill(buf == 0, -inf)``, ``where(buf.bool(), w, -inf)``)."""
     if kind == "additive":
         return mask <= torch.finfo(mask.dtype).min / 2
+    if kind == "causal":
+        return mask == 0
     return mask if kind == "masked" else ~mask
 
 
 def _combined(masks):
-    """The masks as one bool tensor (True = masked out, not yet expanded), converted once per distinct masks."""
-    tensors = [m for _, m in masks]
-    if _compiling():
-        return reduce(torch.logical_or, [_term(kind, m) for kind, m in masks])
-
-    def convert():  # never hold a mask itself (it would stay alive): its index instead
-        terms = [_term(kind, m) for kind, m in masks]
-        combined = reduce(torch.logical_or, terms)
-        return next((i for i, m in enumerate(tensors) if combined is m), combined)
-
-    with torch.no_grad():
-        result = _converted.get(tensors, tuple(kind for kind, _ in masks), convert)
-    return tensors[result] if isinstance(result, int) else result
+    """The masks as one bool tensor (True = masked out, not yet expanded), converted from their values
+    on every call: elementwise on the device, no sync, never stale; a bool ``masked`` mask alone is
+    passed as it is."""
+    return reduce(torch.logical_or, [_term(kind, m) for kind, m in masks])
 
 
 def _mask_values_fit(masks, values_proven, rows_proven):
@@ -204,11 +174,15 @@ def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal
 
     ``additive``: a float mask added to the scores (only 0 and values <= dtype min / 2 convert);
     ``masked``: a bool mask, True = masked out (``masked_fill(cond, -inf)``); ``keep``: a bool mask,
-    True = attend (``torch.where(keep, w, min)``); ``causal``: the lower-triangular buffer slice the
-    code applies, which must cover the whole [Sq, Skv] score matrix. A row with every key masked
-    makes the eager softmax NaN or uniform, which the kernel does not reproduce: those fall back.
+    True = attend (``torch.where(keep, w, min)``); ``causal``: the slice of a causal buffer the code
+    applies (zero = masked out), covering the whole [Sq, Skv] score matrix. The kernel gets every
+    mask's current values (``npu_mask``): a buffer proven lower-triangular where it is built may
+    have been filled, loaded or written through ``.data`` since, so it is never taken for the
+    kernel's own causal mode. A row with every key masked makes the eager softmax NaN or uniform,
+    which the kernel does not reproduce: those fall back.
 
-    Proofs a rule may pass when it sees how the masks are built (they skip the value checks):
+    Proofs a rule may pass when it sees how the masks are built in the same call (they skip the value
+    checks; a proof about a stored tensor, such as a buffer, does not hold: its values can change):
     ``mask_values_proven=True`` when the additive mask holds only 0 and -inf / dtype min by
     construction: ``torch.full(..., -inf)`` then ``torch.triu``/``tril``, ``masked_fill(cond,
     -inf or finfo.min)`` of zeros, or a Hugging Face masking utility (``create_causal_mask`` and
@@ -219,18 +193,16 @@ def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal
     """
     if not _shapes_fit(query, key, value, cast_value=cast_value):
         return False
-    if causal is not None and (tuple(causal.shape[-2:]) != (query.shape[2], key.shape[2]) or query.shape[2] > key.shape[2]):
-        return False
-    masks = _masks(query, key, additive, masked, keep)
+    masks = _masks(query, key, additive, masked, keep, causal)
     if masks is None:
         return False
     return not masks or _mask_values_fit(masks, mask_values_proven, live_rows_proven)
 
 
-def npu_mask(query, key, *, additive=None, masked=None, keep=None, **proofs):
-    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted; the conversion
-    ``can_fuse`` made is reused (``proofs``: the flags passed to can_fuse, accepted for symmetry)."""
-    masks = _masks(query, key, additive, masked, keep)
+def npu_mask(query, key, *, additive=None, masked=None, keep=None, causal=None, **proofs):
+    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted, converted from
+    their current values (``proofs``: the flags passed to can_fuse, accepted for symmetry)."""
+    masks = _masks(query, key, additive, masked, keep, causal)
     return _fit(_combined(masks), query, key) if masks else None
 
 
@@ -321,14 +293,13 @@ def _table(t):
     return t
 
 
-def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
+def rotary_fits(x, cos, sin, mode="half"):
     """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
-    original code does (same result shape and dtype, no broadcasting the kernel lacks, tables in
-    [-1, 1]: checked once per table). 2-D and 3-D tables count as the 4-D tables they broadcast as.
-    A rule may pass ``table_proven=True`` when cos and sin come straight from
-    ``torch.cos``/``torch.sin`` (or ``.cos()``/``.sin()``) through views, slicing, indexing,
-    ``cat``/``repeat`` of such tables, ``unsqueeze`` and dtype casts only: a product (Hugging
-    Face's ``* attention_scaling``) breaks the proof."""
+    original code does: same result shape and dtype, no broadcasting the kernel lacks. Shapes,
+    dtypes and devices only: the kernel computes ``x * r1 + rotate(x) * r2`` for any table values
+    (torch_npu's npu_rotary_mul documentation states no range), so nothing about the tables'
+    contents is checked, or remembered (scaled tables such as YaRN's fuse too). 2-D and 3-D
+    tables count as the 4-D tables they broadcast as."""
     if not all(torch.is_tensor(t) for t in (x, cos, sin)):
         return False
     if 2 <= cos.dim() < 4 and cos.shape == sin.shape:
@@ -344,10 +315,7 @@ def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
         x, cos = _fold(x), _fold(cos)
     grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
     layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(cos.shape) in shapes]
-    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
-        return False
-    unit = {} if table_proven else {"unit_table": lambda: (cos.abs() <= 1).all() & (sin.abs() <= 1).all()}
-    return _holds([cos, sin], unit)
+    return bool(layouts) and all(_limits_hold(b, n, mode, grads) for b, n in layouts)
 
 
 def rotary_mul(x, cos, sin, mode="half"):
@@ -360,34 +328,19 @@ def rotary_mul(x, cos, sin, mode="half"):
 
 # Pair tables: code that keeps one cos and one sin per rotated pair, D/2 wide (torchtune's packed
 # cache, ChatGLM, Meta/Mistral's complex freqs_cis), rather than one per channel as npu_rotary_mul
-# takes them. The per-channel tables are derived once per table tensor and reused while it lives
-# unchanged (its identity, view geometry and version counter: an in-place change derives them
-# again), so a forward pass derives them once, not once per layer, and checks their values once.
-
-
-def _wide_tables(cos, sin, mode, dtype):
-    """Per-channel (cos, sin) tables derived from pair tables, and whether their values lie in
-    [-1, 1]: derived once per pair-table tensor (``_Memo``), on every call where gradients must
-    flow into the tables."""
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
-        return _widen(cos, sin, mode, dtype)
-    return _WIDE_TABLES.get((cos, sin), (mode, dtype), lambda: _widen(cos, sin, mode, dtype))
+# takes them. The per-channel tables are derived from the pair tables' current values on every call
+# (a copy of the tables, S x D, not of the activations): a table kept from an earlier call could be
+# stale, since a buffer changes through ``.data`` or ``load_state_dict`` without a new identity.
 
 
 def _widen(cos, sin, mode, dtype):
-    """(cos, sin, values in [-1, 1]) per channel: 'interleave' repeats each pair's value in place
+    """Per-channel (cos, sin) from pair tables: 'interleave' repeats each pair's value in place
     ([c0, c0, c1, c1, ...]), 'half' repeats the table ([c0, c1, ..., c0, c1, ...])."""
     def wide(t):
         t = t.to(dtype)
         return t.repeat_interleave(2, dim=-1) if mode == "interleave" else torch.cat((t, t), dim=-1)
 
-    cos, sin = wide(cos), wide(sin)
-    with torch.no_grad():
-        unit = bool(((cos.abs() <= 1).all() & (sin.abs() <= 1).all()).item())
-    return cos, sin, unit
-
-
-_WIDE_TABLES = _Memo(size=32)
+    return wide(cos), wide(sin)
 
 
 def _pair_layout(x, cos, sin, mode, paired):
@@ -431,7 +384,7 @@ def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=Fals
         return False
     mode = "half" if split else mode  # the even/odd channels put side by side turn as halves
     layout = _pair_layout(x, cos, sin, mode, paired)
-    if layout is None or torch.compiler.is_compiling():  # under torch.compile the table values are unproven
+    if layout is None:
         return False
     (b0, b1, b2, d), table, dtype = layout
     x_shape = (b0, b1, b2, d)
@@ -439,9 +392,7 @@ def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=Fals
         x_shape, table = (1, b0 * b1, b2, d), (1, b0 * b1, 1, d)
     grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
     layouts = [(b, n) for b, n, shapes in _layouts(x_shape, mode) if table in shapes]
-    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
-        return False
-    return _wide_tables(cos, sin, mode, dtype)[2]
+    return bool(layouts) and all(_limits_hold(b, n, mode, grads) for b, n in layouts)
 
 
 def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False):
@@ -449,7 +400,7 @@ def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False
     if split:  # one copy: the even channels, then the odd ones, rotated as halves
         x, mode = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1), "half"
     x_shape, table_shape, dtype = _pair_layout(x, cos, sin, mode, paired)
-    wide_cos, wide_sin, _ = _wide_tables(cos, sin, mode, dtype)
+    wide_cos, wide_sin = _widen(cos, sin, mode, dtype)
     full = x.to(dtype).reshape(x_shape)
     out = rotary_mul(full, wide_cos.reshape(table_shape), wide_sin.reshape(table_shape), mode)
     return out.reshape(x.shape)
@@ -549,10 +500,10 @@ def gemma_rms_norm_fits(x, weight):
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------------
-
-#: ``swiglu_linear`` keeps one concatenated [gate; up] weight per MLP (memory: those weights once
-#: more). Set False to run such sites unfused instead.
-CONCAT_WEIGHTS = True
+# The gate and up projections run as the original runs them (the modules called, or the products
+# made, with the parameters they hold now) and their two outputs are concatenated for the kernel: a
+# copy of the activations per call, never a [gate; up] weight kept between calls (see "Derived
+# state" above: nothing tells when such a copy went stale, and rebuilding it per call costs more).
 
 
 def is_silu(act):
@@ -570,14 +521,19 @@ def _swiglu_input_fits(x):
             and x.numel() > 0 and x.is_contiguous())
 
 
+def _gate_up(gate, up):
+    """``[gate | up]`` on the last dim, the input of npu_swiglu / npu_geglu, or None when the halves
+    differ in shape or dtype or the result is not a kernel input."""
+    if not (torch.is_tensor(gate) and torch.is_tensor(up) and gate.shape == up.shape and gate.dtype == up.dtype):
+        return None
+    fused = torch.cat([gate, up], dim=-1)
+    return fused if _swiglu_input_fits(fused) else None
+
+
 def swiglu(act, gate, up):
-    """``act(gate) * up`` with separate gate and up activations (concatenated per call: prefer
-    ``swiglu_linear`` where both come from nn.Linear projections)."""
-    if is_silu(act) and torch.is_tensor(gate) and torch.is_tensor(up) and gate.shape == up.shape and gate.dtype == up.dtype:
-        fused = torch.cat([gate, up], dim=-1)
-        if _swiglu_input_fits(fused):
-            return torch_npu.npu_swiglu(fused, dim=-1)
-    return act(gate) * up
+    """``act(gate) * up`` with separate gate and up activations: npu_swiglu on the two concatenated."""
+    fused = _gate_up(gate, up) if is_silu(act) else None
+    return torch_npu.npu_swiglu(fused, dim=-1) if fused is not None else act(gate) * up
 
 
 def swiglu_halves(act, gate_up):
@@ -588,100 +544,32 @@ def swiglu_halves(act, gate_up):
     return act(gate) * up
 
 
-def _hooks(module):
-    """The hook tables a call of ``module`` runs: its own and the global ones, forward and backward."""
-    glob = torch.nn.modules.module
-    kinds = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
-    return [getattr(module, "_" + kind, {}) for kind in kinds] + [getattr(glob, "_global_" + kind, {}) for kind in kinds]
+def _gated(act, gate, up, x, up_first):
+    """The original ``act(gate(x)) * up(x)`` (``up_first``: ``up(x) * act(gate(x))``, up called first)."""
+    if up_first:
+        up_out = up(x)
+        return act(gate(x)) * up_out
+    return act(gate(x)) * up(x)
 
 
-def _plain_linear(module):
-    """``module(x)`` is exactly ``F.linear(x, module.weight, module.bias)``: an nn.Linear whose forward
-    is not overridden, with its own plain parameters (no parametrization, pruning, quantized or
-    inference-mode weights) and no hooks other than observers (hooks marked ``hook.observes_only =
-    True`` change no input, output or gradient; they do not see the fused call)."""
-    if not isinstance(module, torch.nn.Linear) or getattr(module.forward, "__func__", None) is not torch.nn.Linear.forward:
-        return False
-    params = module._parameters
-    weight = params.get("weight")
-    if weight is None or weight is not module.weight or params.get("bias") is not module.bias:
-        return False
-    if not all(type(t) in (torch.nn.Parameter, torch.Tensor) and not t.is_inference() for t in (weight, module.bias) if t is not None):
-        return False
-    return all(getattr(h, "observes_only", False) for hooks in _hooks(module) for h in hooks.values())
-
-
-_concatenated = WeakIdKeyDictionary()  # gate module -> (parameters' state, [gate; up] weight, bias)
-
-
-def _state(t):
-    return None if t is None else (id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape))
-
-
-def _concat(gate, up):
-    """[gate.weight; up.weight] and the biases likewise, built once per parameter version (an
-    optimizer step, ``load_state_dict`` or ``.to()`` rebuilds them)."""
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling():
-        return torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:])
-    state = (id(up), *(_state(t) for t in params))
-    entry = _concatenated.get(gate)
-    if entry is None or entry[0] != state:
-        with torch.no_grad():
-            entry = (state, torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:]))
-        _concatenated[gate] = entry
-    return entry[1], entry[2]
-
-
-class _PairedLinear(torch.autograd.Function):
-    """``F.linear(x, [wg; wu], [bg; bu])`` on the cached concatenation, with gradients for the
-    original parameters (rows of the concatenated weight's gradient)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, wg, wu, bg, bu):
-        ctx.save_for_backward(x, weight)
-        ctx.dtypes = (x.dtype, wg.dtype, None if bg is None else bg.dtype)
-        return torch.nn.functional.linear(x, weight, bias)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        rows = grad.reshape(-1, grad.shape[-1])
-        grad_x = (grad @ weight.to(grad.dtype)).to(x_dtype) if ctx.needs_input_grad[0] else None
-        grad_w = (rows.t() @ x.reshape(-1, x.shape[-1]).to(grad.dtype)).to(w_dtype).chunk(2)
-        grad_b = rows.sum(0).to(b_dtype).chunk(2) if b_dtype is not None else (None, None)
-        return grad_x, None, None, *grad_w, *grad_b
+def _projections(gate, up, x, up_first):
+    """``(gate(x), up(x))`` called in the original's order: an activation that is a pure function (SiLU,
+    GELU) may run after both, nothing else moves."""
+    if up_first:
+        up_out = up(x)
+        return gate(x), up_out
+    return gate(x), up(x)
 
 
 def swiglu_linear(act, gate, up, x, *, up_first=False):
-    """``act(gate(x)) * up(x)`` for two nn.Linear projections: one matmul against the concatenated
-    [gate; up] weight, whose output is already npu_swiglu's [gate | up] input (no per-call copy of the
-    activations). Gradients reach gate's and up's own parameters. Cost: the concatenation holds both
-    weights once more in memory and is rebuilt whenever they change (in training once per optimizer
-    step: a copy of the weights, not of the activations); ``CONCAT_WEIGHTS = False`` trades the
-    fusion for that memory. Elsewhere the original runs, calling ``up`` first with ``up_first=True``
-    (for ``up(x) * act(gate(x))``: the order matters to modules that draw random numbers)."""
-    fits = (CONCAT_WEIGHTS and is_silu(act) and torch.is_tensor(x) and x.numel() > 0
-            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
-            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
-            and x.shape[-1] == gate.weight.shape[1])
-    if not fits and up_first:
-        up_out = up(x)
-        return act(gate(x)) * up_out
-    if not fits:
-        return act(gate(x)) * up(x)
-    weight, bias = _concat(gate, up)
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling() or _no_grad_needed(*params):
-        gate_up = torch.nn.functional.linear(x, weight, bias)
-    else:
-        gate_up = _PairedLinear.apply(x, weight, bias, *params)
-    if _swiglu_input_fits(gate_up):
-        return torch_npu.npu_swiglu(gate_up, dim=-1)
-    gate_out, up_out = gate_up.chunk(2, dim=-1)
-    return act(gate_out) * up_out
+    """``act(gate(x)) * up(x)`` for two projection modules: both called as the original calls them
+    (any module: its current weights, hooks, parametrizations and overridden forward all apply),
+    then npu_swiglu on their outputs concatenated. ``up_first``: the original reads ``up(x) *
+    act(gate(x))``, calling ``up`` first (the order matters to modules that draw random numbers).
+    Elsewhere (not SiLU, outputs of other shapes or dtypes) the original runs."""
+    if not is_silu(act):
+        return _gated(act, gate, up, x, up_first)
+    return swiglu(act, *_projections(gate, up, x, up_first))
 
 
 #: transformers' GELU activation classes (``ACT2FN["gelu_new"]``, ...) and the approximation each computes
@@ -746,30 +634,16 @@ def geglu_halves(act, gate_up, approximate=None):
 
 def geglu_linear(act, gate, up, x, *, approximate=None, up_first=False):
     """``act(gate(x)) * up(x)`` for a GELU ``act`` (``None``: ``F.gelu`` with ``approximate``) and two
-    nn.Linear projections: one matmul against the cached [gate; up] weight (as ``swiglu_linear``),
-    then npu_geglu; the original elsewhere."""
+    projection modules called as the original calls them (as ``swiglu_linear``), then npu_geglu on
+    their outputs concatenated; the original elsewhere."""
     approximate = approximate or gelu_approximation(act)
     gelu = _gelu(act, approximate)
-    fits = (CONCAT_WEIGHTS and approximate in _GELU_MODES and torch.is_tensor(x) and x.numel() > 0
-            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
-            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
-            and x.shape[-1] == gate.weight.shape[1] and _geglu_first(x.device) is not None)
-    if not fits and up_first:
-        up_out = up(x)
-        return gelu(gate(x)) * up_out
-    if not fits:
-        return gelu(gate(x)) * up(x)
-    weight, bias = _concat(gate, up)
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling() or _no_grad_needed(*params):
-        gate_up = torch.nn.functional.linear(x, weight, bias)
-    else:
-        gate_up = _PairedLinear.apply(x, weight, bias, *params)
-    fused = _geglu(gate_up, approximate)
-    if fused is not None:
-        return fused
-    gate_out, up_out = gate_up.chunk(2, dim=-1)
-    return gelu(gate_out) * up_out
+    if approximate not in _GELU_MODES:
+        return _gated(gelu, gate, up, x, up_first)
+    gate_out, up_out = _projections(gate, up, x, up_first)
+    gate_up = _gate_up(gate_out, up_out)
+    fused = None if gate_up is None else _geglu(gate_up, approximate)
+    return fused if fused is not None else gelu(gate_out) * up_out
 
 
 def glu_halves(act, gate_up):
@@ -786,29 +660,13 @@ def glu_linear(act, gate, up, x, *, up_first=False):
     return swiglu_linear(act, gate, up, x, up_first=up_first)
 
 
-_stacked = _Memo(size=256)  # swiglu_stacked's [gate | up] weights, per weight version (one per expert)
-
-
-def swiglu_stacked(act, x, gate_weight, up_weight, *, equation=None, dim=-1, up_first=False):
+def swiglu_stacked(act, x, gate_weight, up_weight, *, equation=None, up_first=False):
     """``act(p(x, gate_weight)) * p(x, up_weight)`` where ``p`` is ``torch.einsum(equation, ...)`` or,
-    without an equation, ``torch.matmul``: one product against the two weights concatenated along
-    ``dim`` (the weight axis that becomes the output's last; built once per weight version), whose
-    output is npu_swiglu's [gate | up] input. Inference only (the weights must not need gradients);
-    elsewhere the original runs."""
+    without an equation, ``torch.matmul`` (expert MLPs): ``swiglu_linear`` with the two products as
+    the projections, made with the weights as they are now (training too: every op on the way is
+    differentiable)."""
     product = (lambda a, w: torch.einsum(equation, a, w)) if equation else torch.matmul
-    fits = (CONCAT_WEIGHTS and is_silu(act) and not _compiling() and torch.is_tensor(x)
-            and torch.is_tensor(gate_weight) and torch.is_tensor(up_weight) and gate_weight.shape == up_weight.shape
-            and gate_weight.dtype == up_weight.dtype and _versioned(gate_weight) and _versioned(up_weight)
-            and _no_grad_needed(gate_weight, up_weight))
-    if fits:
-        weight = _stacked.get((gate_weight, up_weight), ("stack", dim), lambda: torch.cat((gate_weight, up_weight), dim=dim))
-        gate_up = product(x, weight)
-        if _swiglu_input_fits(gate_up):
-            return torch_npu.npu_swiglu(gate_up, dim=-1)
-    if up_first:
-        up_out = product(x, up_weight)
-        return act(product(x, gate_weight)) * up_out
-    return act(product(x, gate_weight)) * product(x, up_weight)
+    return swiglu_linear(act, lambda t: product(t, gate_weight), lambda t: product(t, up_weight), x, up_first=up_first)
 
 
 # -- MoE gating ---------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def _metrics(m: Optional[Metrics]) -> str:
 
 VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), "raised": ("RAISED", "bold red"),
                  "error": ("ERROR", "bold red"), "setup error": ("SETUP ERROR", "bold red"),
-                 "not supported": ("NOT SUPPORTED", "bold yellow")}
+                 "not supported": ("NOT SUPPORTED", "bold yellow"), "timed out": ("TIMED OUT", "bold red")}
 # column -> (minimum width, wrap): names and figures stay on one line; op lists fold
 COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
            "gradients": (24, False), "after step": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),

@@ -3,9 +3,11 @@
 The statements that compute the attention become a guarded region, ``if npu_glue.can_fuse(...):
 <fused call> else: <the original>``: the guard checks at run time what cannot be proven statically
 (4-D tensors, dtype, head dim, mask values and fully masked rows, a scalar scale) and the original
-code stays as the fallback, unchanged. A causal buffer proven lower-triangular
-(``torch.tril(torch.ones(...))`` in the class) becomes a causal sparse mode with the compressed mask;
-other masks are converted to the NPU's True = masked out. K and V repeated for grouped-query
+code stays as the fallback, unchanged. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
+the class) is handed to the kernel as its mask, its current values converted on every call: the
+buffer may be filled, loaded or written through ``.data`` after the class built it, so its contents
+are never taken for the kernel's causal mode. Other masks are converted to the NPU's True = masked
+out the same way. K and V repeated for grouped-query
 attention (``repeat_kv``, ``repeat_interleave``) are passed with their own head count (the kernel's
 native GQA), and the repetition moves into the fallback when nothing else reads it. When the
 probabilities are used afterwards, the fused path runs only under a run-time condition that says
@@ -189,7 +191,7 @@ class EagerAttention(FunctionRule, Rule):
                 edits = [edit] + ([Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)]
                                   if form[0] == "inside" else [])
                 anchor = piece.block.body[piece.start]
-                how = f"sparse_mode={masks[0][1]} causal mask" if masks and masks[0][0] == "causal" else (
+                how = "the causal buffer's values as the mask" if masks and masks[0][0] == "causal" else (
                     "masks converted at run time" if masks else "no mask")
                 self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by "
                                      f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
@@ -254,7 +256,8 @@ class EagerAttention(FunctionRule, Rule):
         return [], [(kind, text) for kind, text, _ in masks]
 
     def _causal(self, term, cls, view) -> Optional[Tuple[int, str]]:
-        """(sparse mode, slice code) when the term is a proven lower-triangular buffer slice."""
+        """(sparse mode, slice code) when the term is a slice of a buffer built lower-triangular (the
+        kernel gets the slice's values, never the sparse mode: the buffer can change after __init__)."""
         value = term.value
         if term.condition is not None:
             return None
@@ -290,7 +293,7 @@ class EagerAttention(FunctionRule, Rule):
         value = f"{v}.to({q}.dtype)" if att.value_cast else v
         args = [q, k, value, shape.heads(q), '"BNSD"']
         if causal:
-            args += [f"atten_mask={HELPER}.causal_mask({q}.device)", f"sparse_mode={causal[1]}"]
+            args.append(f"atten_mask={HELPER}.npu_mask({q}, {k}, causal={causal[2]})")
         elif mask_args:
             args.append(f"atten_mask={HELPER}.npu_mask({', '.join([q, k] + mask_args)})")
         args.append(f"scale={scale or '1.0'}")

@@ -4,14 +4,15 @@ Every rotary embedding the dataflow view reads (``_rotary_match``: per-channel t
 ``x * cos + rotate(x) * sin`` in half or interleaved rotation, pair tables as in torchtune's packed
 ``[cos|sin]`` cache, complex ``freqs_cis``) becomes a guarded call of the vendored helper, which
 checks at run time what cannot be proven statically (4-D, dtypes, D even and < 896, a cos/sin shape
-the kernel takes, table values in [-1, 1]) and otherwise runs the original code::
+the kernel takes; never the tables' values: the kernel takes any) and otherwise runs the original code::
 
     q_embed = npu_glue.rotary_mul(q, cos, sin, "half") if npu_glue.rotary_fits(q, cos, sin, "half") else <original>
 
 When the rotation is computed by statements of its own before the sum (litgpt's ``apply_rope``:
 ``x1 = ...; x2 = ...; rotated = torch.cat((-x2, x1), -1)``), those statements move into the
 fallback branch of a guarded region (def-use checked), so the fused path does not compute them.
-Pair and complex tables become per-channel tables in the helper, derived once per table tensor.
+Pair and complex tables become per-channel tables in the helper, derived from their current values
+on every call.
 
 Reported instead (NPU311, with a plan): operands that are not plain names or cheap views (the guard
 reads them twice), complex products the form does not cover, sums over a rotation helper defined

@@ -145,7 +145,6 @@ class SwiGlu(Rule):
         else:
             args = [act_text, put("x", m.source), put("gate", m.weights[0]), put("up", m.weights[1])]
             args += [f"equation={m.equation!r}"] if m.equation else []
-            args += [f"dim={m.dim}"] if m.dim != -1 else []
             glu, what = "swiglu_stacked", "gate and up products with two weights"
         if m.form == "halves":
             glu = f"{glu}_halves"
