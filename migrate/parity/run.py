@@ -14,6 +14,7 @@ import torch
 
 from npu_migrate.migrate.parity.compare import compare_case
 from npu_migrate.migrate.parity.report import ParityReport
+from npu_migrate.migrate.parity.sites import rewritten_sites
 from npu_migrate.migrate.parity.spec import SpecError, load_spec
 
 OUTPUT_TAIL_LINES = 15
@@ -71,7 +72,7 @@ def run_parity(spec: Path, original: Optional[Path] = None, migrated: Optional[P
         handover = "" if "fatal" in original_results else str(original_worker.result_path)
         migrated_results = migrated_worker.finish(handover + "\n")
         notify("comparing")
-        report = ParityReport(str(spec), str(original), str(migrated), backing)
+        report = ParityReport(str(spec), str(original), str(migrated), backing, rewritten=rewritten_sites(migrated))
         for case in parsed.cases:
             for dtype in case.dtypes:
                 report.cases.append(compare_case(

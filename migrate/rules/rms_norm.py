@@ -29,7 +29,7 @@ import libcst as cst
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import interior
 from npu_migrate.migrate.rules._rms_norm_match import GENERIC, Mismatch, Norm, has_eps, is_core, match
@@ -236,7 +236,7 @@ class RmsNorm(Rule):
             guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
             dtype = f", dtype={x}.dtype" if norm.dtype == "x" else ""
             fused = f"{HELPER}.rms_norm({x}, {weight}, {eps}{dtype})"
-        return " and ".join([guard, *guards]), fused, message
+        return sited(guard, guards), fused, message
 
     @staticmethod
     def _eps(norm: Norm, text: Optional[str]) -> str:

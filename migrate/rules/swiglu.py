@@ -35,6 +35,7 @@ from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._module_class import never_plain_linear
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
@@ -151,7 +152,7 @@ class SwiGlu(Rule):
         if missing:
             return f"the {missing[0]} operand is not available where the product is"
         name = {"silu": "SwiGLU", "gelu": "GeGLU", "runtime": "SwiGLU/GeGLU"}[m.kind]
-        return f"{HELPER}.{glu}({', '.join(args + approximate + order)})", holes, f"{name} ({what})"
+        return sited(f"{HELPER}.{glu}({', '.join(args + approximate + order)})"), holes, f"{name} ({what})"
 
     def _act(self, m: Gated):
         """The activation: a value whose code is the callable, "None" for ``F.gelu`` (the helper takes
@@ -279,7 +280,7 @@ class SwiGlu(Rule):
             return made
         text, holes, what = made
         act = self._act(m)
-        guard = f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act}) and {{flag}}"
+        guard = sited(f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act})", ["{flag}"])
         edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
                       [template(f"{target} = {text}\n", **holes)], at_entry=True,
                       unit=self.ctx.indentation(outer)[1])
