@@ -146,6 +146,18 @@ def causal_mask(device):
     return (_causal_mask.__wrapped__ if _compiling() else _causal_mask)(device)
 
 
+def _autocast_dtype(t):
+    """The dtype autocast runs matmuls in on ``t``'s device (float16 or bfloat16), or None outside
+    autocast. On an NPU torch_npu's autocast (``torch.autocast("npu")``) casts the inputs of
+    matmul, bmm and baddbmm to it as CUDA's does."""
+    kind = t.device.type
+    try:
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    except RuntimeError:  # a device type without autocast
+        return None
+    return dtype if dtype in (torch.float16, torch.bfloat16) else None
+
+
 def _shapes_why(query, key, value, enable_gqa=True, cast_value=False):
     """Why q/k/v are not [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts, or None
     (``cast_value``: the call casts v to q's dtype and the result back to v's, so v may have another
@@ -155,7 +167,13 @@ def _shapes_why(query, key, value, enable_gqa=True, cast_value=False):
         return "q, k and v are not all tensors"
     if not query.dim() == key.dim() == value.dim() == 4:
         return f"q, k, v of {query.dim()}, {key.dim()}, {value.dim()} dims, not 4 ([B, N, S, D])"
-    if query.dtype not in _FLOATS or key.dtype != query.dtype or \
+    amp = _autocast_dtype(query)
+    if amp is not None:  # the original's matmuls run in autocast's dtype whatever q, k, v hold
+        if not all(t.dtype in _FLOATS for t in (query, key, value)):
+            return f"q, k, v dtypes {_names(query, key, value)} under autocast"
+        if cast_value and value.dtype != amp:
+            return "v is cast to q's dtype and the result back under autocast"
+    elif query.dtype not in _FLOATS or key.dtype != query.dtype or \
             value.dtype != query.dtype and not (cast_value and value.dtype in _FLOATS):
         return f"q, k, v dtypes {_names(query, key, value)}"
     (b, nq, _, d), (bk, nk, sk, dk), (bv, nv, sv, dv) = query.shape, key.shape, value.shape
@@ -285,7 +303,55 @@ def _can_fuse_why(query, key, value, additive, masked, keep, causal, values_prov
     masks, why = _masks(query, key, additive, masked, keep, causal)
     if why is not None or not masks:
         return why
-    return _mask_values_why(masks, values_proven, rows_proven)
+    return _mask_values_why(masks, values_proven, rows_proven or _dead_rows_fixable(masks, query, key, value))
+
+
+def _dead_rows_fixable(masks, query, key, value):
+    """Whether ``fusion_attention`` gives a query row with every key masked what the original gives
+    it, on the device: one additive mask (values 0 and <= dtype min / 2, checked apart), scores not
+    float16, no gradient needed. The original adds the mask to the scores: in float32 or bfloat16 a
+    score vanishes against a mask value near -3.4e38 (it is below half its spacing, about 1e31), so
+    the row's softmax is uniform over the keys whose mask value is the row's largest, or NaN when
+    that is -inf; in float16 (min -65504) the scores still count, and such rows fall back. The
+    kernel's backward for such rows is not the original's (its gradient flows through the scores):
+    with a gradient needed they fall back too."""
+    if len(masks) != 1 or masks[0][0] != "additive":
+        return False
+    compute = _autocast_dtype(query) or query.dtype
+    if torch.promote_types(compute, masks[0][1].dtype) == torch.float16:
+        return False
+    return _no_grad_needed(query, key, value, masks[0][1])
+
+
+def fusion_attention(query, key, value, head_num, *, scale=1.0, keep_prob=1.0, additive=None, masked=None, keep=None,
+                     causal=None, live_rows_proven=False, **proofs):
+    """``torch_npu.npu_fusion_attention(query, key, value, head_num, "BNSD", ...)[0]`` for inputs
+    ``can_fuse`` accepted, computing what the original eager attention computes:
+
+    - under autocast, q, k and v are cast to autocast's dtype, as the original's matmuls cast them
+      (the result is in that dtype, as the original's ``probs @ v``);
+    - the masks go to the kernel converted from their current values (``npu_mask``);
+    - a query row with every key masked (left padding) gets the original's value on the device,
+      with no sync (``_dead_rows_fixable``): its query is zeroed and its mask opens the keys whose
+      mask value is the row's largest, so the kernel's softmax is the uniform one the original's
+      is; rows whose largest value is -inf become NaN, as the original's softmax makes them.
+    """
+    amp = _autocast_dtype(query)
+    if amp is not None:
+        query, key, value = (t if t.dtype == amp else t.to(amp) for t in (query, key, value))
+    masks, _ = _masks(query, key, additive, masked, keep, causal)
+    atten_mask, nan_rows = (_combined(masks) if masks else None), None
+    if masks and not live_rows_proven and _dead_rows_fixable(masks, query, key, value):
+        mask = masks[0][1]
+        dead = atten_mask.all(dim=-1, keepdim=True)
+        top = mask.amax(dim=-1, keepdim=True)
+        atten_mask = torch.where(dead, mask != top, atten_mask)
+        query = torch.where(dead, torch.zeros((), dtype=query.dtype, device=query.device), query)
+        nan_rows = dead & (top == float("-inf"))
+    out = torch_npu.npu_fusion_attention(
+        query, key, value, head_num, "BNSD", atten_mask=None if atten_mask is None else _fit(atten_mask, query, key),
+        scale=scale, keep_prob=keep_prob)[0]
+    return out if nan_rows is None else torch.where(nan_rows, torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
 
 
 def npu_mask(query, key, *, additive=None, masked=None, keep=None, causal=None, **proofs):
@@ -401,7 +467,8 @@ def _table(t):
 
 def rotary_fits(x, cos, sin, mode="half", *, when=True, site=None):
     """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
-    original code does: same result shape and dtype, no broadcasting the kernel lacks. Shapes,
+    original code does: same result shape and dtype (float dtypes may differ: the call computes in
+    their promotion, as the original's products do), no broadcasting the kernel lacks. Shapes,
     dtypes and devices only: the kernel computes ``x * r1 + rotate(x) * r2`` for any table values
     (torch_npu's npu_rotary_mul documentation states no range), so nothing about the tables'
     contents is checked, or remembered (scaled tables such as YaRN's fuse too). 2-D and 3-D
@@ -416,7 +483,7 @@ def _rotary_why(x, cos, sin, mode):
         cos, sin = _table(cos), _table(sin)
     if x.dim() != 4 or cos.dim() != 4 or cos.shape != sin.shape or x.numel() == 0:
         return f"x {tuple(x.shape)} with tables {tuple(cos.shape)}, {tuple(sin.shape)}: not 4-D tables of one shape"
-    if x.dtype not in _FLOATS or not x.dtype == cos.dtype == sin.dtype:
+    if not all(t.dtype in _FLOATS for t in (x, cos, sin)):
         return f"x, cos, sin dtypes {_names(x, cos, sin)}"
     if not x.device == cos.device == sin.device:
         return "x, cos, sin on different devices"
@@ -427,6 +494,8 @@ def _rotary_why(x, cos, sin, mode):
         x, cos = _fold(x), _fold(cos)
     grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
     layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(cos.shape) in shapes]
+    if not layouts and _widens(x, cos, mode):
+        layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(x.shape) in shapes]
     if not layouts:
         return f"tables {tuple(cos.shape)} fit no layout of x {tuple(x.shape)} ({mode} mode)"
     if not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
@@ -434,11 +503,24 @@ def _rotary_why(x, cos, sin, mode):
     return None
 
 
+def _widens(x, cos, mode):
+    """Half-mode tables that broadcast to x without growing it but fit none of the kernel's table
+    layouts (per-head tables [1, N, S, D], ...): the kernel takes them expanded to x's shape."""
+    return mode == "half" and cos.dim() == x.dim() and all(c in (1, n) for c, n in zip(cos.shape, x.shape))
+
+
 def rotary_mul(x, cos, sin, mode="half"):
-    """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted."""
+    """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted, in the dtype the original's
+    elementwise products promote to (a bfloat16 x under autocast with float32 tables, as Llama's are:
+    float32; ``*`` and ``+`` are on no autocast list, so type promotion decides): x and the tables
+    are cast to it (exact: a widening cast), so the kernel computes in the original's precision."""
+    dtype = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
+    x, cos, sin = (t if t.dtype == dtype else t.to(dtype) for t in (x, cos, sin))
     cos, sin = _table(cos), _table(sin)
     if _folds(x, cos, mode):
         return torch_npu.npu_rotary_mul(_fold(x), _fold(cos), _fold(sin), mode).reshape(x.shape)
+    if not any(tuple(cos.shape) in shapes for _, _, shapes in _layouts(x.shape, mode)):  # rotary_fits: _widens
+        cos, sin = cos.expand(x.shape).contiguous(), sin.expand(x.shape).contiguous()
     return torch_npu.npu_rotary_mul(x, cos, sin, mode)
 
 

@@ -3,7 +3,9 @@
 The statements that compute the attention become a guarded region, ``if npu_glue.can_fuse(...):
 <fused call> else: <the original>``: the guard checks at run time what cannot be proven statically
 (4-D tensors, dtype, head dim, mask values and fully masked rows, a scalar scale) and the original
-code stays as the fallback, unchanged. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
+code stays as the fallback, unchanged. The fused call is ``npu_glue.fusion_attention(...)``
+(``torch_npu.npu_fusion_attention`` in BNSD): it casts q/k/v to autocast's dtype under AMP, as the
+original's matmuls do, and gives rows with every key masked (left padding) the original's value. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
 the class) is handed to the kernel as its mask, its current values converted on every call: the
 buffer may be filled, loaded or written through ``.data`` after the class built it, so its contents
 are never taken for the kernel's causal mode. Other masks are converted to the NPU's True = masked
@@ -294,11 +296,7 @@ class EagerAttention(FunctionRule, Rule):
                 scale = f"float({scale})"
         extra += [f"weights_requested={' or '.join(requested)}"] if requested else []
         value = f"{v}.to({q}.dtype)" if att.value_cast else v
-        args = [q, k, value, shape.heads(q), '"BNSD"']
-        if causal:
-            args.append(f"atten_mask={HELPER}.npu_mask({q}, {k}, causal={causal[2]})")
-        elif mask_args:
-            args.append(f"atten_mask={HELPER}.npu_mask({', '.join([q, k] + mask_args)})")
+        args = [q, k, value, shape.heads(q)] + ([f"causal={causal[2]}"] if causal else mask_args)
         args.append(f"scale={scale or '1.0'}")
         keep = self._keep_prob(att, piece)
         if keep:
@@ -306,7 +304,7 @@ class EagerAttention(FunctionRule, Rule):
         indent, unit = self.ctx.indentation(piece.block)
         test = sited(f"{HELPER}.can_fuse({', '.join([q, k, v] + mask_args + extra)})", when)
         cast = f".to({v}.dtype)" if att.value_cast else ""
-        call = f"{TARGET}(\n{_wrap(args, unit, len(indent) + len(unit))}\n)[0]{shape.result}{cast}"
+        call = f"{HELPER}.fusion_attention(\n{_wrap(args, unit, len(indent) + len(unit))}\n){shape.result}{cast}"
         fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
         fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
         return test, fused
