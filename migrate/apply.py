@@ -39,6 +39,16 @@ def _rebuilt(edit) -> List[cst.CSTNode]:
     return []
 
 
+def _blank_lines_unindented(statement: cst.CSTNode) -> cst.CSTNode:
+    """A new statement's leading blank lines without the indentation of the block it lands in (no
+    trailing whitespace when it is spliced into an indented block)."""
+    lines = getattr(statement, "leading_lines", None)
+    if not lines or not any(line.comment is None and line.indent for line in lines):
+        return statement
+    return statement.with_changes(leading_lines=[
+        line.with_changes(indent=False) if line.comment is None else line for line in lines])
+
+
 def _placed(edit) -> cst.CSTNode:
     """Where the result of ``edit`` goes: the replaced node, or the block whose statements change."""
     return edit.node if isinstance(edit, Replace) else edit.block
@@ -183,7 +193,7 @@ class Apply(cst.CSTTransformer):
             if isinstance(edit, Splice):
                 removed = [self.migrated_nodes.get(id(s), s) for s in body[edit.start:edit.end]]
                 comments.extend(line for stmt in removed for line in _comment_lines(stmt))
-                new = [fill(c, "statement", self.migrated, self._wrapped) for c in edit.new]
+                new = [_blank_lines_unindented(fill(c, "statement", self.migrated, self._wrapped)) for c in edit.new]
             else:
                 new = build_region(edit, self.migrated, self._wrapped)
             site.results.extend(new)
