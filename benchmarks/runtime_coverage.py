@@ -7,7 +7,11 @@ package is never written) and run beside the original under the emulated NPU, in
 float32, bfloat16, AMP bfloat16 inference (float32 weights under ``torch.autocast``), a padded batch
 (left padding in ``attention_mask``), training float32 and training AMP bfloat16 (forward and
 backward), ``generate()`` with a KV cache, and packed sequences (position ids that restart, no
-mask: transformers builds a block-diagonal mask). What ran comes from the helper's per-site record
+mask: transformers builds a block-diagonal mask). Tiny litgpt and torchtune Llama-style models (their
+packages installed by ``benchmarks/corpus.py`` into /work/scratch/corpus, migrated whole) run the
+modes their APIs have: litgpt takes no padding mask nor packed positions (those cells say n/a);
+torchtune takes a bool mask (padded, packed) but its KV cache needs its own generation loop
+(n/a). The original and migrated packages share a name, so each side is imported in turn. What ran comes from the helper's per-site record
 (``npu_glue.site_counts()``): per kernel family of the model (A attention, R rotary, N RMSNorm,
 S SwiGLU/GeGLU, M MoE router) whether every reached site of it ran fused in the mode. The error is
 judged by ``migrate parity``'s criteria for the dtype (``migrate/parity/criteria.yaml``): logits,
@@ -152,6 +156,127 @@ def build(module, family: str, dtype: torch.dtype):
     return getattr(module, model_name)(config).to(dtype)
 
 
+# -- litgpt and torchtune: the two sides imported in turn ----------------------------------------------
+CORPUS = Path("/work/scratch/corpus")
+PACKAGE_MODES = {"litgpt": ("float32", "bfloat16", "amp-bf16", "train-f32", "train-amp-bf16", "generate"),
+                 "torchtune": ("float32", "bfloat16", "amp-bf16", "padded", "train-f32", "train-amp-bf16", "packed")}
+
+
+def _stub_datasets():
+    """torchtune imports ``datasets`` (and pyarrow through it) at import time for its data recipes; the
+    models never call it: an empty stand-in module is enough to import torchtune.models."""
+    import types
+
+    for name in ("datasets", "datasets.distributed"):
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        module.load_dataset = module.split_dataset_by_node = module.Dataset = None
+
+
+def _package_model(name: str, dtype: torch.dtype):
+    torch.manual_seed(0)
+    if name == "litgpt":
+        from litgpt.config import Config
+        from litgpt.model import GPT
+
+        config = Config(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=128, padded_vocab_size=128,
+                        rotary_percentage=1.0, parallel_residual=False, bias=False, norm_class_name="RMSNorm",
+                        mlp_class_name="LLaMAMLP", intermediate_size=128, n_query_groups=2)
+        return GPT(config).to(dtype)
+    from torchtune.models.llama3 import llama3
+
+    return llama3(vocab_size=128, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, max_seq_len=64,
+                  intermediate_dim=128).to(dtype)
+
+
+class _Logits:
+    """A package model's output as transformers' (``.logits``)."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+
+def package_mode(name: str, model, mode: str) -> Dict[str, torch.Tensor]:
+    """``run_mode`` for litgpt / torchtune models, whose calls differ from transformers'."""
+    ids = tokens()
+    if mode == "generate":  # litgpt: greedy decoding through its KV cache
+        model.eval()
+        model.set_kv_cache(batch_size=ids.shape[0])
+        with torch.no_grad():
+            logits = model(ids, input_pos=torch.arange(ids.shape[1]))
+            out = [ids]
+            for step in range(4):
+                nxt = logits[:, -1:].argmax(-1)
+                out.append(nxt)
+                logits = model(nxt, input_pos=torch.tensor([ids.shape[1] + step]))
+        model.clear_kv_cache()
+        return {"tokens": torch.cat(out, dim=1)}
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None):
+            if name == "litgpt":
+                return _Logits(self.inner(input_ids))
+            s = input_ids.shape[1]
+            causal = torch.ones(s, s, dtype=torch.bool).tril()
+            mask = None
+            if attention_mask is not None:  # True = attend
+                mask = causal[None] & attention_mask.bool()[:, None, :]
+            if position_ids is not None:  # one block per sequence
+                starts = (position_ids == 0).cumsum(-1)
+                mask = causal[None] & (starts[:, :, None] == starts[:, None, :])
+            return _Logits(self.inner(input_ids, mask=mask, input_pos=position_ids))
+
+    return run_mode(Wrapped(), mode)
+
+
+def _purge(name: str) -> None:
+    for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[module]
+
+
+def package_rows(name: str, out: Path, modes) -> dict:
+    source = CORPUS / "packages" / name
+    migrated = migrate_tree(source, out / f"{name}-npu" / name)
+    _stub_datasets()
+    wanted = [m for m in modes if m in PACKAGE_MODES[name]]
+    results: Dict[str, dict] = {}
+    paths = [str(CORPUS / "deps")]
+    for side, root in (("original", CORPUS / "packages"), ("migrated", migrated.parent)):
+        _purge(name)
+        sys.path[:0] = [str(root), *paths]
+        try:
+            for mode in wanted:
+                dtype = torch.bfloat16 if mode == "bfloat16" else torch.float32
+                try:
+                    model = _package_model(name, dtype)
+                    if side == "migrated":
+                        model.load_state_dict(results[mode]["state"])
+                    site_record.reset_counts()
+                    got = package_mode(name, model, mode)
+                    counts = site_record.take_counts()
+                except Exception as exc:
+                    results.setdefault(mode, {})["error"] = f"{side}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    continue
+                if side == "original":
+                    results[mode] = {"want": got, "state": model.state_dict()}
+                elif "error" not in results[mode]:
+                    judged = "bfloat16" if "bf16" in mode or mode == "bfloat16" else "float32"
+                    ok, figure = judge(results[mode]["want"], got, judged)
+                    results[mode].update(ok=ok, figure=figure, counts=counts)
+        finally:
+            del sys.path[:1 + len(paths)]
+            _purge(name)
+    rows = {}
+    for mode in modes:
+        row = results.get(mode)
+        rows[mode] = {"na": True, "counts": {}} if row is None else (
+            {"error": row["error"], "counts": {}} if "error" in row else row)
+    return None, rows
+
+
 # -- one family ----------------------------------------------------------------------------------------
 def family_rows(family: str, migrated: Path, modes=MODES):
     original_module, migrated_module, glue = load_family(family, migrated)
@@ -196,6 +321,8 @@ def kinds_ran(counts: Dict[str, dict]) -> Tuple[str, str]:
 
 
 def cell(row: dict, expected: str) -> str:
+    if row.get("na"):
+        return "n/a"
     if "error" in row:
         return "ERROR"
     ran, _ = kinds_ran(row["counts"])
@@ -206,7 +333,7 @@ def cell(row: dict, expected: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--families", default=",".join([*FAMILIES, *PACKAGE_MODES]))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", type=Path, default=SCRATCH)
     args = parser.parse_args(argv)
@@ -214,11 +341,15 @@ def main(argv=None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     import torch._dynamo  # noqa: F401 - before the emulator patches torch
 
-    migrated = migrate_families(families, args.out)
+    hf = [f for f in families if f in FAMILIES]
+    migrated = migrate_families(hf, args.out) if hf else None
     results = {}
     with kernels.emulate():
         for family in families:
-            results[family] = family_rows(family, migrated, modes)
+            if family in PACKAGE_MODES:
+                results[family] = package_rows(family, args.out, modes)
+            else:
+                results[family] = family_rows(family, migrated, modes)
     print("kernels: A attention, R rotary, N RMSNorm, S SwiGLU/GeGLU, M MoE router; a kind counts as run in a mode "
           "when every call of every reached site of it took the fused path")
     print("| family | " + " | ".join(modes) + " |")
@@ -228,13 +359,15 @@ def main(argv=None) -> int:
         expected = "".join(k for k in ORDER if any(k in kinds_ran(r["counts"])[1] for r in rows.values()))
         cells = [cell(rows[m], expected) for m in modes]
         complete += sum(c.startswith("all ") and "; ok " in c for c in cells)
-        total += len(cells)
+        total += sum(c != "n/a" for c in cells)
         print(f"| {family} ({expected}) | " + " | ".join(cells) + " |")
     print(f"\n{complete}/{total} family-modes run every fused kernel the family has, within tolerance")
     print("\nfallbacks (site: ran n/m; first failed precondition):")
     for family, (_, rows) in results.items():
         for mode in modes:
             row = rows[mode]
+            if row.get("na"):
+                continue
             if "error" in row:
                 print(f"  {family} {mode}: ERROR {row['error']}")
             for site, c in sorted(row["counts"].items()):
