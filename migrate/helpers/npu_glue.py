@@ -22,8 +22,15 @@ version counter where it was; FSDP-style swaps and ``set_`` can land on a freed 
   entirely, an MoE bias is not negative) are checked on every call that needs them, all of a
   call's in one device->host sync, unless a rule proves them from code in the same call
   (``mask_values_proven``, ``live_rows_proven``); rotary tables are not checked at all (the kernel
-  takes any values). Under ``torch.compile`` an unproven value condition is never evaluated: the
-  original code runs, so the graph has no data-dependent branch.
+  takes any values). Rows with every key masked (left padding) need no check where
+  ``fusion_attention`` gives them the original's value on the device. Under ``torch.compile`` an
+  unproven value condition is never evaluated: the original code runs, so the graph has no
+  data-dependent branch.
+
+Precision: under ``torch.autocast`` the fused calls compute in the precision the original's ops
+run in: attention's q, k, v are cast to autocast's dtype (its matmuls and SDPA are on autocast's
+lower-precision list), rotary computes in the promotion of x's and the tables' dtypes (its
+elementwise products are on no list), RMSNorm takes a float32 weight with a half x.
 
 The trade-off, measured on the emulator by ``benchmarks/state_changes.py``, is in the repository's
 ``docs/design.md`` ("Derived state"): a cache keyed on identity, version and address is faster
@@ -394,6 +401,9 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
             enable_gqa=enable_gqa)
     masks, _ = _masks(query, key, None if keep else attn_mask, None, attn_mask if keep else None)
     atten_mask = _fit(_combined(masks), query, key) if masks else causal_mask(query.device) if is_causal else None
+    amp = _autocast_dtype(query)  # SDPA is on autocast's lower-precision list: it casts q, k, v so
+    if amp is not None:
+        query, key, value = (t if t.dtype == amp else t.to(amp) for t in (query, key, value))
     return torch_npu.npu_fusion_attention(
         query, key, value, query.shape[1], "BNSD", atten_mask=atten_mask,
         scale=1 / math.sqrt(query.shape[-1]) if scale is None else scale,

@@ -112,3 +112,15 @@ def test_rotary_tables_of_any_broadcastable_shape(glue, spy, shape):
     assert glue.rotary_fits(x, cos, sin, "half")
     torch.testing.assert_close(glue.rotary_mul(x, cos, sin, "half"), want, **rotary_tolerance(torch.float32))
     assert spy["npu_rotary_mul"] == 1
+
+
+@pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
+def test_sdpa_under_autocast_casts_as_sdpa_does(glue, spy, amp):
+    """SDPA is on autocast's lower-precision list: mixed float32 q/k and low-precision v are cast."""
+    q, k, v = qkv(sq=5, skv=5)
+    v = v.to(amp)
+    with torch.autocast("cpu", dtype=amp):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        got = glue.sdpa(q, k, v, is_causal=True)
+    assert got.dtype == want.dtype == amp and spy["npu_fusion_attention"] == 1
+    torch.testing.assert_close(got, want, **tolerance(ATTENTION, amp))
