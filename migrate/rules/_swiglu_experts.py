@@ -97,6 +97,15 @@ def _assigned_attributes(func: cst.FunctionDef):
                         yield t.attr.value
 
 
+def last_statement(node: cst.ClassDef) -> cst.CSTNode:
+    """The class's last simple statement (inside its last method): the finding points where the
+    method is added, so the site's line is in the diff's hunk (and in its SARIF fix)."""
+    stmt = node.body.body[-1]
+    while isinstance(getattr(stmt, "body", None), cst.IndentedBlock) and stmt.body.body:
+        stmt = stmt.body.body[-1]
+    return stmt
+
+
 def experts_gate(node: cst.ClassDef, qualified: Callable, module: cst.Module) -> Optional[Splice]:
     """The insertion of ``_apply_gate`` into an experts class the library gates with its default, or None."""
     decorator = _decorator(node, qualified, module)

@@ -36,7 +36,7 @@ from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._module_class import never_plain_linear
 from npu_migrate.migrate.rules._fused_site import sited
-from npu_migrate.migrate.rules._swiglu_experts import experts_gate
+from npu_migrate.migrate.rules._swiglu_experts import experts_gate, last_statement
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
@@ -89,7 +89,7 @@ class SwiGlu(Rule):
             return
         edit = experts_gate(node, self.qualified_name, self.ctx.module)
         if edit is not None:
-            self.rewrite(node.name, f"MoE experts {node.name.value}: transformers' grouped_mm/batched_mm gate "
+            self.rewrite(last_statement(node), f"MoE experts {node.name.value}: transformers' grouped_mm/batched_mm gate "
                                     "(act_fn(gate) * up) → npu_glue.glu_halves (torch_npu.npu_swiglu / npu_geglu, "
                                     "checked at run time) as its own _apply_gate",
                          target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
