@@ -23,6 +23,17 @@ from npu_migrate.migrate.parens import landing
 from npu_migrate.migrate.tree import TreeIndex, children
 
 
+def _blank_lines_unindented(statement: cst.CSTNode) -> cst.CSTNode:
+    """A new statement's leading blank lines without the indentation of the block it lands in (no
+    trailing whitespace when it is spliced into an indented block)."""
+    lines = getattr(statement, "leading_lines", None)
+    if not lines or not any(line.comment is None and line.indent for line in lines):
+        return statement
+    return statement.with_changes(leading_lines=[
+        line.with_changes(indent=False) if line.comment is None else line for line in lines])
+
+
+
 class Apply(cst.CSTTransformer):
     """Applies the edits of the kept sites in one bottom-up pass, entering only the nodes that hold
     an edited node or a hole (so libcst keeps every other subtree as it is)."""
@@ -115,7 +126,7 @@ class Apply(cst.CSTTransformer):
             if isinstance(edit, Splice):
                 removed = [self.migrated_nodes.get(id(s), s) for s in body[edit.start:edit.end]]
                 comments.extend(line for stmt in removed for line in _comment_lines(stmt))
-                new = [fill(c, "statement", self.migrated, self._wrapped) for c in edit.new]
+                new = [_blank_lines_unindented(fill(c, "statement", self.migrated, self._wrapped)) for c in edit.new]
             else:
                 new = build_region(edit, self.migrated, self._wrapped)
             site.results.extend(new)

@@ -28,7 +28,7 @@ from npu_migrate.migrate import diagnostics, notebooks, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.edits import ImportSpec, Site
+from npu_migrate.migrate.edits import ImportSpec, Site, placed_at, site_constant
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.imports import add_imports
 from npu_migrate.migrate.line_fit import fit_lines
@@ -150,6 +150,9 @@ class Engine:
         rewriting = [s for s in rewriting if s.edits]
         if not rewriting:
             return FileResult(path, "unchanged", findings())
+        for site in rewriting:  # the guards' site constants, now that the findings have their lines
+            constant = site_constant(path, site.finding.line, site.finding.code)
+            site.edits = tuple(placed_at(edit, constant) for edit in site.edits)
         try:
             migrated, helpers = self._apply(ctx, rewriting, text)
         except Exception as exc:

@@ -26,7 +26,8 @@ from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
-    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items() if code != exitcodes.PARITY_FAILED) + "."
+    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items()
+    if code not in (exitcodes.PARITY_FAILED, exitcodes.NOT_PROVEN)) + "."
 
 INTERRUPTED = exitcodes.INTERRUPTED
 

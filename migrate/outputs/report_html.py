@@ -111,6 +111,8 @@ def _summary(s: dict, parity: Optional[dict]) -> str:
     ]
     if parity is not None:
         cards.append(("parity", "PASS" if parity.get("passed") else "FAIL", "ok" if parity.get("passed") else "bad"))
+        if parity.get("proven") is False:
+            cards.append(("sites not proven", sum(s.get("status") == "not proven" for s in parity.get("sites", [])), "warn"))
     items = "".join(f'<div class="card {cls}" data-card="{_e(label)}"><div class="value">{_e(value)}</div>'
                     f'<div class="label">{_e(label)}</div></div>' for label, value, cls in cards)
     return f'<section id="summary"><h2>Summary</h2><div class="cards">{items}</div></section>'
@@ -193,10 +195,23 @@ def _parity(parity: Optional[dict]) -> str:
                         for c in parity_result.COLUMNS)
         body.append(f'<tr class="{row["result"].lower()}">{cells}</tr>')
     head = "".join(f"<th>{h}</th>" for h in parity_result.COLUMNS)
-    verdict = "passed" if parity.get("passed") else "FAILED"
+    verdict = _e(parity_result.verdict(parity))
     return (f'<section id="parity"><h2>Parity: {verdict}</h2><p>original <code>{_e(parity.get("original"))}</code> '
             f'vs migrated <code>{_e(parity.get("migrated"))}</code>, backing {_e(parity.get("backing"))}</p>'
-            f'<table class="parity"><tr>{head}</tr>{"".join(body)}</table></section>')
+            f'<table class="parity"><tr>{head}</tr>{"".join(body)}</table>{_sites(parity)}</section>')
+
+
+def _sites(parity: dict) -> str:
+    """What ran at each rewritten site, per run: ``ran n/m`` or why the original code ran."""
+    rows = parity_result.site_rows(parity)
+    if not rows:
+        return ""
+    columns = ["site", *parity_result.run_labels(parity), "status"]
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join(f'<tr class="{_e(row["status"].replace(" ", "-"))}">' + "".join(f"<td>{_e(row[c])}</td>" for c in columns)
+                   + "</tr>" for row in rows)
+    return f'<h3>What ran at each rewritten site</h3><table class="parity-sites"><tr>{head}</tr>{body}</table>'
+
 
 
 def render(report: dict, diffs: Iterable[FileDiff] = (), parity: Optional[dict] = None) -> str:

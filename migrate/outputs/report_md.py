@@ -133,6 +133,11 @@ def _parity(parity: Optional[dict]) -> List[str]:
            f"`{parity.get('original', '?')}` vs migrated `{parity.get('migrated', '?')}`.", "",
            "| " + " | ".join(parity_result.COLUMNS) + " |", "|" + "---|" * len(parity_result.COLUMNS)]
     out += ["| " + " | ".join(_cell(row[c]) for c in parity_result.COLUMNS) + " |" for row in rows]
+    sites = parity_result.site_rows(parity)
+    if sites:
+        columns = ["site", *parity_result.run_labels(parity), "status"]
+        out += ["", "What ran at each rewritten site:", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        out += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in sites]
     return out + [""]
 
 
