@@ -7,6 +7,7 @@ carries the line of the node it is about, and collects every problem before givi
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", 
 TRAIN_KEYS = ("optimizers", "steps", "lr", "loss")
 MAX_STEPS = 100
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
+PROCESS_KEYS = ("timeout",)  # how a case's runs are run (parity.run): seconds one run may take
+MAX_INPUT_ELEMENTS = 1 << 26  # a declared input's size cap: 64 Mi elements (256 MiB in float32)
 _REF = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][\w.]*)$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -89,6 +92,7 @@ class Case:
     output: Optional[Union[str, int]] = None
     tolerance: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # dtype -> overrides + reason
     line: int = 0
+    timeout: Optional[float] = None  # seconds one run of the case may take (None: --timeout or the default)
 
 
 @dataclass
@@ -188,9 +192,11 @@ class _Checker:
             return []
         cases, seen = [], set()
         for node in cases_node.value:
+            timeout = self.timeout(node) if isinstance(node, yaml.MappingNode) else None
             case = self.case(node)
             if case is None:
                 continue
+            case.timeout = timeout
             if case.name in seen:
                 self.error(node, f"duplicate case name {case.name!r}")
             seen.add(case.name)
@@ -198,7 +204,7 @@ class _Checker:
         return cases
 
     def case(self, node: yaml.Node) -> Optional[Case]:
-        items = self.mapping(node, "a case", CASE_KEYS)
+        items = self.mapping(node, "a case", CASE_KEYS + PROCESS_KEYS)
         if items is None:
             return None
         for key in ("name", "factory", "inputs"):
@@ -284,6 +290,17 @@ class _Checker:
             self.error(node, "a change is listed twice")
         return tuple(value)
 
+    def timeout(self, case: yaml.Node) -> Optional[float]:
+        """The case's ``timeout:`` in seconds (a positive number), or None when it has none."""
+        node = next((v for k, v in case.value if self.value(k) == "timeout"), None)
+        if node is None:
+            return None
+        seconds = self.number(node, "timeout")
+        if seconds is not None and seconds <= 0:
+            self.error(node, f"timeout must be a positive number of seconds, got {self.value(node)!r}")
+            return None
+        return seconds
+
     def dtypes(self, node: yaml.Node) -> List[str]:
         values = self.value(node)
         known = supported_dtypes()
@@ -335,6 +352,12 @@ class _Checker:
         shape = self.value(items["shape"])
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             self.error(items["shape"], f"shape of {name!r} must be a list of non-negative integers")
+            return None
+        elements = math.prod(shape)
+        if elements > MAX_INPUT_ELEMENTS:
+            self.error(items["shape"], f"input {name!r} of shape {shape} has {elements:,} elements, over the cap of "
+                       f"{MAX_INPUT_ELEMENTS:,} ({MAX_INPUT_ELEMENTS * 4 >> 20} MiB in float32) for a declared input: "
+                       "parity needs small inputs (a short sequence, a batch of one or two)")
             return None
         dtype = self.value(items["dtype"]) if "dtype" in items else "float"
         if dtype != "float" and not isinstance(getattr(torch, str(dtype), None), torch.dtype):

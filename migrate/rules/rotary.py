@@ -28,7 +28,7 @@ import libcst as cst
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec
-from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._regions import statement_of
 from npu_migrate.migrate.rules._rotary_match import COMPLEX, FULL, Rope, ropes, unmatched
 from npu_migrate.migrate.rules._syntax import code
@@ -160,9 +160,11 @@ class Rotary(Rule):
             elif paired and not rope.paired:
                 fused += ".flatten(-2)"
             how = f"{mode} rotation, pair tables {texts[1]}/{texts[2]} made per-channel once per table"
-        if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
-            guard += f" and {x}.dim() == {rope.rank + 1 if paired else rope.rank}"
         check = guard.split("(")[0]
+        when = []
+        if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
+            when.append(f"{x}.dim() == {rope.rank + 1 if paired else rope.rank}")
+        guard = sited(guard, when)
         subject = cast[0] if cast else x
         message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
         needs = [ImportSpec("torch")] if cast and cast[1].startswith("torch.") else []

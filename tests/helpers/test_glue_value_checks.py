@@ -54,8 +54,9 @@ def test_a_changed_mask_gets_a_fresh_verdict_and_conversion(glue, write):
     mask.data.copy_(bias(5))  # no longer a 0 / -inf mask
     assert not glue.can_fuse(q, k, v, additive=mask)
     mask.data.copy_(causal_additive(5))
-    mask.data[2] = MINUS_INF  # a row masked entirely
-    assert not glue.can_fuse(q, k, v, additive=mask)
+    mask.data[2] = MINUS_INF  # a row masked entirely: fused, the row made NaN on the device as the original's
+    assert glue.can_fuse(q, k, v, additive=mask)
+    assert not glue.can_fuse(*(t.clone().requires_grad_() for t in (q, k, v)), additive=mask)  # unless training
 
 
 def test_a_bool_key_padding_mask_written_through_data(glue, spy):
@@ -116,7 +117,10 @@ def test_proofs_skip_the_checks(glue):
     # a proof is trusted: the rule passes it only where the code that builds the mask proves it
     assert glue.can_fuse(q, k, v, additive=bias(5), mask_values_proven=True, live_rows_proven=True)
     fused, ops = counted(glue.can_fuse, q, k, v, additive=causal_additive(5), mask_values_proven=True)
-    assert fused and ops.counts["sync"] == 1  # live rows are still checked
+    assert fused and ops.counts["sync"] == 0  # dead rows get the original's values on the device: no check
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    fused, ops = counted(glue.can_fuse, q, k, v, additive=causal_additive(5), mask_values_proven=True)
+    assert fused and ops.counts["sync"] == 1  # with gradients needed live rows are checked
 
 
 def test_fused_result_with_proofs_matches_the_original(glue):

@@ -195,3 +195,31 @@ cases:
         f"{path}:6: unknown change {{'tie': 1}} (known: data-write, foreach, load-state-dict, nn-init, set, tie, "
         "half-round-trip, parameter-swap, flat-write, buffer-fill, buffer-data)",
     ]
+
+
+# -- issue 25 item 7: a time limit per case and a size cap on declared inputs ------------------------------
+def test_a_case_may_set_its_time_limit(tmp_path):
+    spec = load_spec(write(tmp_path, """\
+cases:
+  - {name: a, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: 90}
+  - {name: b, factory: model.py:build, inputs: {x: {shape: [2, 3]}}}
+"""))
+    assert [c.timeout for c in spec.cases] == [90.0, None]
+    found = problems(write(tmp_path, """\
+cases:
+  - {name: a, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: 0}
+  - {name: b, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: soon}
+"""))
+    assert any(p.endswith(":2: timeout must be a positive number of seconds, got 0") for p in found), found
+    assert any(":3: timeout" in p for p in found), found
+
+
+def test_declared_inputs_are_capped(tmp_path):
+    (found,) = problems(write(tmp_path, """\
+cases:
+  - name: a
+    factory: model.py:build
+    inputs: {ids: {shape: [2, 16], dtype: int64, high: 10}, x: {shape: [100000, 100000]}}
+"""))
+    assert ":4: input 'x' of shape [100000, 100000] has 10,000,000,000 elements, over the cap of 67,108,864" in found
+    load_spec(write(tmp_path, "cases:\n  - {name: a, factory: model.py:build, inputs: {x: {shape: [8192, 8192]}}}\n"))

@@ -455,7 +455,7 @@ def test_rotation_of_a_cast_x_runs_the_kernel_in_the_cast_dtype(dtype, npu):
     x, cos, sin = interleaved_inputs()
     args = (x.to(dtype), cos, sin)
     want, got = run(CAST, args), run(migrate(CAST), args)
-    assert npu == ["interleave"] and "rotary_fits_cast(x, torch.float32, cos, sin" in migrate(CAST)
+    assert npu == ["interleave"] and 'x, torch.float32, cos, sin, "interleave", site=' in ' '.join(migrate(CAST).split())
     assert got.dtype == want.dtype == dtype
     tol = tolerance("interleave", dtype)
     torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
@@ -466,7 +466,7 @@ def test_litgpt_rotation_statements_move_into_the_fallback():
     migrated = migrate(LITGPT)
     fused, fallback = migrated.split("else:")
     assert "torch.cat((-x2, x1)" not in fused and "torch.cat((-x2, x1)" in fallback
-    assert "if npu_glue.rotary_fits(x, cos, sin, \"half\"):" in fused and "cos = cos.view(*new_shape)" in fused
+    assert 'if npu_glue.rotary_fits(x, cos, sin, "half", site="snippet.py:' in fused and "cos = cos.view(*new_shape)" in fused
 
 
 def test_gptj_model_fuses_both_rotary_implementations():

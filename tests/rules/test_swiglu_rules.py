@@ -360,3 +360,35 @@ def test_projections_of_a_repos_own_linear_classes(npu):
             got = after(x)
         torch.testing.assert_close(got, before(x), **tolerance("npu_geglu", torch.float32))
         assert calls == {"npu_geglu": kernel_runs}, name
+
+
+@pytest.mark.parametrize("act, kernel", [("silu", "npu_swiglu"), ("gelu_pytorch_tanh", "npu_geglu")])
+def test_hf_experts_gate_of_the_default_experts_path_runs_fused(npu, act, kernel):
+    """transformers 5 runs experts through grouped_mm / batched_mm, which gate with
+    ``self._apply_gate``: the migrated class's own (fixture NPU330_swiglu_hf_experts) computes what the
+    library's default does, forward and gradients, on the fused kernel; the classes left alone keep it."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from transformers.integrations.moe import _default_apply_gate
+
+    case = Path(__file__).parents[2] / "fixtures" / "rules" / "NPU330_swiglu_hf_experts"
+    original, fused = load((case / "input.py").read_text()), load(migrate((case / "input.py").read_text(), "NPU330"))
+    config = SimpleNamespace(num_local_experts=2, intermediate_size=6, hidden_size=4, hidden_act=act)
+    before, after = original["Experts"](config), fused["Experts"](config)
+    assert before._apply_gate.__func__ is _default_apply_gate and after._apply_gate.__func__ is not _default_apply_gate
+    if kernel == "npu_geglu":
+        fused["npu_glue"]._geglu_first(torch.device("cpu"))
+    results = []
+    for experts in (before, after):
+        gate_up = torch.randn(5, 12, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        with counting(npu, kernel) as calls:
+            out = experts._apply_gate(gate_up)
+            out.square().sum().backward()
+        results.append((out.detach(), gate_up.grad, calls[kernel]))
+    assert [r[2] for r in results] == [0, 1]
+    torch.testing.assert_close(results[1][0], results[0][0], **tolerance(kernel, torch.float32))
+    torch.testing.assert_close(results[1][1], results[0][1], **tolerance(kernel, torch.float32))
+    assert fused["InterleavedExperts"]._apply_gate is _default_apply_gate
+    x = torch.randn(3, 12)
+    assert fused["OwnGate"](config)._apply_gate(x) is x  # its own gate kept
