@@ -134,8 +134,7 @@ class Apply(cst.CSTTransformer):
             index = max(index, edit.end)
         emit(self.migrated_nodes.get(id(s), s) for s in body[index:])
         if comments:
-            footer = [*comments, *updated.footer] if isinstance(updated, cst.Module) else [*comments, *updated.footer]
-            return updated.with_changes(body=out, footer=footer)
+            return updated.with_changes(body=out, footer=[*comments, *updated.footer])
         return updated.with_changes(body=out)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import libcst as cst
 
@@ -148,10 +148,6 @@ def placed_at(edit: Edit, constant: str) -> Edit:
     if isinstance(edit, Splice):
         return replace(edit, new=tuple(map(fix, edit.new)))
     return replace(edit, guard=fix(edit.guard), fused=tuple(map(fix, edit.fused)), tail=tuple(map(fix, edit.tail)))
-
-
-def statements(block: Block) -> Sequence[cst.BaseStatement]:
-    return block.body
 
 
 @dataclass(eq=False)

@@ -12,7 +12,7 @@ report.md can trust that everything not listed was migrated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set
+from typing import Callable, FrozenSet, Iterable, List, Optional, Set
 
 import libcst as cst
 

@@ -22,11 +22,8 @@ import libcst as cst
 
 from npu_migrate.migrate.edits import SITE, code as template
 from npu_migrate.migrate.guarded import guarded_expression, region
-from npu_migrate.migrate.rules._regions import Slice, enclosing_block, operand_code, slice_of
+from npu_migrate.migrate.rules._regions import VIEW_METHODS, Slice, enclosing_block, operand_code, slice_of
 from npu_migrate.migrate.rules._syntax import code
-
-#: methods that return a view (cheap to evaluate twice, no effects)
-CHEAP_METHODS = {"unsqueeze", "squeeze", "transpose", "permute", "view", "expand", "expand_as", "unflatten"}
 
 Written = Union[tuple, str]  # (guard, fused call, message[, imports the texts need]) or why not
 
@@ -62,7 +59,7 @@ def cheap(node: cst.CSTNode, index: bool = False) -> bool:
         return not index and all(not isinstance(e, cst.StarredElement) and cheap(e.value) for e in node.elements)
     if isinstance(node, cst.IfExp):
         return cheap(node.test) and cheap(node.body) and cheap(node.orelse)
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in CHEAP_METHODS:
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in VIEW_METHODS:
         return cheap(node.func.value) and all(not a.star and cheap(a.value) for a in node.args)
     return False
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Set, Tuple
+from typing import Callable, Optional, Set
 
 import libcst as cst
 
@@ -15,18 +15,6 @@ _CODE = cst.Module(body=[])
 
 def code(node: cst.CSTNode) -> str:
     return _CODE.code_for_node(node)
-
-
-def assign(stmt: cst.CSTNode) -> Optional[Tuple[str, cst.BaseExpression, Optional[cst.BaseAugOp]]]:
-    """``name = value`` or ``name op= value`` as (name, value, op), else None."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-        return small.targets[0].target.value, small.value, None
-    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-        return small.target.value, small.value, small.operator
-    return None
 
 
 def names_in(node: cst.CSTNode) -> Set[str]:
@@ -62,41 +50,3 @@ def method(node: cst.CSTNode, names) -> Optional[cst.Call]:
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
         return node
     return None
-
-
-def reads_only_metadata(stmt, name: str) -> bool:
-    """Every use of ``name`` in ``stmt`` reads its dtype, device or shape."""
-    nodes = walk(stmt)
-    uses = [n for n in nodes if is_name(n, name)]
-    meta = [n for n in nodes if isinstance(n, cst.Attribute) and is_name(n.value, name)
-            and n.attr.value in ("dtype", "device", "shape")]
-    meta_calls = [n for n in nodes if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                  and is_name(n.func.value, name) and n.func.attr.value in ("size", "dim")]
-    return bool(uses) and len(uses) == len(meta) + len(meta_calls)
-
-
-def parenthesized(expr) -> str:
-    text = code(expr)
-    return f"({text})" if isinstance(expr, cst.BinaryOperation) and not expr.lpar else text
-
-
-def substitute(expr, temps: Dict[str, cst.BaseExpression]):
-    """``expr`` with each name in ``temps`` replaced by its expression."""
-    if not temps:
-        return expr
-    return expr.visit(_Renamer(temps))
-
-
-def rename(expr, mapping: Dict[str, str]):
-    if not mapping:
-        return expr
-    return expr.visit(_Renamer({k: cst.Name(v) for k, v in mapping.items()}))
-
-
-class _Renamer(cst.CSTTransformer):
-    def __init__(self, mapping):
-        super().__init__()
-        self.mapping = mapping
-
-    def leave_Name(self, original, updated):
-        return self.mapping.get(original.value, updated)

@@ -23,7 +23,7 @@ import libcst as cst
 
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Code
-from npu_migrate.migrate.rules._syntax import code, keyword_value
+from npu_migrate.migrate.rules._syntax import keyword_value
 from npu_migrate.migrate.rules._table import TORCH_NPU, TableNameRule
 
 NPU = '"npu"'
