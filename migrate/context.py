@@ -19,6 +19,8 @@ from libcst.helpers import get_full_name_for_node
 from npu_migrate.migrate.edits import Site
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.tree import TreeIndex
+from npu_migrate.migrate.view import View
+from npu_migrate.migrate.view.scope import Scope, module_functions
 from npu_migrate.opmap import OpTable
 from npu_migrate.migrate.helpers import HELPER, is_helper_file  # noqa: F401 (the rules read them here)
 
@@ -77,13 +79,10 @@ class FileContext:
         return False
 
     def view(self, func: cst.FunctionDef):
-        """The dataflow view of ``func`` (``rules._view``), built once per file and shared by the
+        """The dataflow view of ``func`` (``migrate.view``), built once per file and shared by the
         rules that match on it."""
         found = self._views.get(id(func))
         if found is None:
-            from npu_migrate.migrate.rules._view import View
-            from npu_migrate.migrate.rules._view_scope import Scope, module_functions
-
             if self._functions is None:
                 self._functions = module_functions(self.module)
             parents = self.tree.parents()

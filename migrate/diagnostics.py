@@ -1,5 +1,6 @@
 """Diagnostic codes: how a rule declares one (``DiagnosticCode``), the tool's own codes (NPU0xx)
-and where each code's doc page lives."""
+and where each code's doc page lives. The catalogue of every code (the tool's, the rules', the
+dependency files') is ``migrate.catalogue``, one floor above the rules."""
 
 from __future__ import annotations
 
@@ -84,24 +85,3 @@ def tool_declarations() -> Dict[str, DiagnosticCode]:
 def doc_page(code: str) -> Optional[str]:
     path = DOCS_DIR / f"{code.upper()}.md"
     return path.read_text(encoding="utf-8") if path.is_file() else None
-
-
-def declarations() -> Dict[str, DiagnosticCode]:
-    """Every code's declaration, sorted: the tool's, each rule's (the rules are looked up at call
-    time, so a test's stand-ins count) and the dependency and launcher files' (``migrate.files.codes``)."""
-    from npu_migrate.migrate.files.codes import DECLARATIONS
-    from npu_migrate.migrate.rules import all_rules
-
-    declared = tool_declarations()
-    for rule in all_rules():
-        declared.update((d.code, d) for d in rule.declarations)
-    for d in DECLARATIONS:
-        if d.code in declared:
-            raise RuntimeError(f"diagnostic code {d.code} is declared twice (migrate.files.codes and a rule)")
-        declared[d.code] = d
-    return dict(sorted(declared.items()))
-
-
-def all_codes() -> Dict[str, str]:
-    """Every diagnostic code with its one-line summary (tool codes and rule codes)."""
-    return {code: declared.summary for code, declared in declarations().items()}

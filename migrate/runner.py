@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.diffs import Change, file_diff
 from npu_migrate.migrate.discovery import Excluded
 from npu_migrate.migrate.engine import Engine, build_engine, error_result
 from npu_migrate.migrate.files import run as declared_files
@@ -154,9 +155,6 @@ def _worker_setup() -> None:
 
 
 def _file_diff(result: FileResult) -> str:
-    from npu_migrate.migrate.outputs.changes import Change  # the outputs import this module
-    from npu_migrate.migrate.outputs.patch import file_diff
-
     return file_diff(Change(result.path, result.original, result.migrated))
 
 

@@ -1,5 +1,5 @@
 """The diagnostic codes of dependency and launcher files, each declared once (as the rules declare
-theirs); ``diagnostics.declarations()`` lists them with the tool's and the rules' codes, and their
+theirs); ``catalogue.declarations()`` lists them with the tool's and the rules' codes, and their
 doc pages' Example sections come from the fixtures they name (``fixtures/files/<CODE>_<example>/``).
 """
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.diffs import Change, file_diff
 from npu_migrate.migrate.engine import error_result
 from npu_migrate.migrate.files.base import Facts, FileKind
 from npu_migrate.migrate.files.engine import migrate_file
@@ -122,9 +123,6 @@ def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, en
         return result
     result.digest = digest
     if result.status == "changed":
-        from npu_migrate.migrate.outputs.changes import Change  # the outputs import the runner
-        from npu_migrate.migrate.outputs.patch import file_diff
-
         result.diff = file_diff(Change(result.path, result.original, result.migrated))
     if key is not None:
         cache.put(key, result)

@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.diffs import Change  # noqa: F401 (the outputs read it here)
 from npu_migrate.migrate.engine import error_result
 from npu_migrate.migrate.runner import RunResult
 from npu_migrate.migrate.sources import SourceError, read_source
 
 HELPERS_DIR = Path(__file__).resolve().parents[1] / "helpers"
-
-
-@dataclass(frozen=True)
-class Change:
-    path: str  # relative to the root, forward slashes
-    old: Optional[str]  # None for a new file
-    new: str
-    helper: bool = False  # a vendored helper module (written before the files that import it)
-    diff: Optional[str] = None  # its diff, when the worker made it already
 
 
 def helper_source(name: str) -> str:

@@ -1,6 +1,6 @@
 """Every diagnostic code as the reports describe it: name, one-line summary, doc page, default level.
 
-Read only from the code declarations (``diagnostics.declarations()``: each rule's
+Read only from the code declarations (``code_catalogue.declarations()``: each rule's
 ``DiagnosticCode``s and the tool's ``TOOL_CODES``) and, for the longer description, the doc pages
 ``migrate/docs/NPUxxx.md``. A code without a declaration of its own is not in the catalogue: there is
 no fallback to another code's summary or to a page heading (the headings are generated from the
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate import catalogue as code_catalogue, diagnostics
 
 ERROR, WARNING, NOTE = "error", "warning", "note"  # SARIF levels
 
@@ -55,4 +55,4 @@ def catalogue() -> Dict[str, CodeInfo]:
     """Every declared code, sorted."""
     return {code: CodeInfo(code, pascal(declared.name), declared.summary, diagnostics.doc_page(code),
                            declared.rewrites)
-            for code, declared in diagnostics.declarations().items()}
+            for code, declared in code_catalogue.declarations().items()}

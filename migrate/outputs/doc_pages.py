@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate import catalogue, diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.helpers import BESIDE, HELPER
 
@@ -202,7 +202,7 @@ def generated(docs: Path = diagnostics.DOCS_DIR, fixtures: Path = FIXTURES) -> D
         raise FileNotFoundError(f"{fixtures}: the fixtures are in the source checkout, not the installed tool")
     keys = op_table_keys()
     pages = {}
-    for code, declared in diagnostics.declarations().items():
+    for code, declared in catalogue.declarations().items():
         path = docs / f"{code}.md"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: {code} has no doc page (write its hand-written sections first)")

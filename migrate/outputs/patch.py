@@ -1,4 +1,5 @@
-"""``changes.patch``: one git-style unified diff of every change, for ``git apply`` in PATH.
+"""``changes.patch``: one git-style unified diff of every change (``migrate.diffs``), for ``git apply``
+in PATH.
 
 Lines are split on ``\\n`` only (a ``\\r`` stays part of its line, as git sees it), a last line
 without a newline gets git's ``\\ No newline at end of file`` marker, and a new file (a vendored
@@ -7,40 +8,12 @@ helper) is diffed against ``/dev/null`` with ``new file mode 100644``. Paths are
 
 from __future__ import annotations
 
-import difflib
 import shlex
 from pathlib import Path
-from typing import List, Sequence
+from typing import Sequence
 
+from npu_migrate.migrate.diffs import NO_NEWLINE, Change, file_diff  # noqa: F401 (the patch's parts, read here too)
 from npu_migrate.migrate.discovery import git_toplevel
-from npu_migrate.migrate.outputs.changes import Change
-
-NO_NEWLINE = "\\ No newline at end of file\n"
-
-
-def _lines(text: str) -> List[str]:
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
-
-
-def file_diff(change: Change) -> str:
-    if change.diff is not None:
-        return change.diff
-    path = change.path
-    header = [f"diff --git a/{path} b/{path}\n"]
-    if change.old is None:
-        header += ["new file mode 100644\n", "--- /dev/null\n", f"+++ b/{path}\n"]
-    else:
-        header += [f"--- a/{path}\n", f"+++ b/{path}\n"]
-    body = list(difflib.unified_diff(_lines(change.old or ""), _lines(change.new), n=3))[2:]  # drop its own ---/+++
-    out = header
-    for line in body:
-        out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
-    return "".join(out)
-
 
 def build_patch(changes: Sequence[Change]) -> str:
     return "".join(file_diff(c) for c in changes)

@@ -1,4 +1,8 @@
-"""All rules, found by importing every module of this package (one rule class per module)."""
+"""All rules, found by importing every public module of this package and of its family packages
+(``device``, ``unsupported``, ``attention``, ``rotary``, ``norm``, ``mlp``, ``router``; one rule
+class per module). Modules whose name starts with ``_`` are a family's private helpers; the shared
+floor of the rules is ``base`` (the interface), ``results`` (what a matcher returns when it
+refuses) and the ``_table``/``_literals``/``_members``/``_scope`` readers."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Iterable, List, Optional, Type
 
 from npu_migrate.migrate.rules.base import Rule
 
-_NOT_RULES = {"base"}
+_NOT_RULES = {"base", "results"}
 # NPU4xx codes are notes and advice (DESIGN: "NPU4xx opt-in/noisy"): a run emits them only when
 # --select names them (``NPU4``, ``NPU40``, ``NPU401``), never by default or through ``--select NPU``
 OPT_IN = "NPU4"
@@ -19,10 +23,11 @@ OPT_IN = "NPU4"
 @lru_cache(maxsize=1)
 def all_rules() -> tuple:
     found = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name in _NOT_RULES or info.name.startswith("_"):
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        last = info.name.rpartition(".")[2]
+        if info.ispkg or last in _NOT_RULES or last.startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__ and hasattr(obj, "code"):
                 found.append(obj)

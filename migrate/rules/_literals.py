@@ -19,7 +19,7 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 import libcst as cst
 
 from npu_migrate.migrate.rules._scope import PACKAGE, TORCH, TorchScoped
-from npu_migrate.migrate.rules._syntax import code
+from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules._table import TORCH_NPU, dotted, plan_of
 
 

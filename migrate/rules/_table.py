@@ -13,7 +13,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.rules._syntax import code
+from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules.base import ImportSpec, Rule
 from npu_migrate.opmap import Fallback, OpRecord, OpTable
 

@@ -5,7 +5,7 @@ code's page), report.md and the SARIF rules."""
 import pytest
 from typer.testing import CliRunner
 
-from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate import catalogue as code_catalogue
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.outputs import report_md, report_sarif
 from npu_migrate.migrate.outputs.codes import catalogue
@@ -15,7 +15,7 @@ PAIRS = {"NPU303": "NPU302", "NPU311": "NPU310", "NPU321": "NPU320", "NPU331": "
 
 
 def _declared(code: str) -> str:
-    return diagnostics.declarations()[code].summary
+    return code_catalogue.declarations()[code].summary
 
 
 def test_report_codes_are_declared_apart_from_their_rewrite():
@@ -26,7 +26,7 @@ def test_report_codes_are_declared_apart_from_their_rewrite():
 
 def test_the_catalogue_is_the_declarations():
     codes = catalogue()
-    assert {code: info.summary for code, info in codes.items()} == diagnostics.all_codes()
+    assert {code: info.summary for code, info in codes.items()} == code_catalogue.all_codes()
     for report, fused in PAIRS.items():
         assert (codes[report].rewrites, codes[fused].rewrites) == (False, True)
         assert codes[report].name != codes[fused].name and codes[report].level == "warning"

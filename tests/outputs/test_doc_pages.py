@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate import catalogue, diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.outputs import doc_pages
 from npu_migrate.migrate.outputs.codes import section_of
@@ -55,7 +55,7 @@ def test_the_check_command_names_the_stale_page_and_the_fix(tmp_path, capsys):
 
 
 def test_headings_are_the_declared_summaries_and_report_codes_have_their_own():
-    declared = diagnostics.declarations()
+    declared = catalogue.declarations()
     for code, d in declared.items():
         assert diagnostics.doc_page(code).splitlines()[0] == f"# {code}: {d.summary}"
     for fused, report in (("NPU320", "NPU321"), ("NPU330", "NPU331"), ("NPU340", "NPU341"), ("NPU310", "NPU311"),

@@ -6,8 +6,8 @@ import pytest
 
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.rules import code_enabled, select_rules
-from npu_migrate.migrate.rules.advice import Advice
-from npu_migrate.migrate.rules.fused_optimizer import FUSED_OPS, npu_kernels
+from npu_migrate.migrate.rules.unsupported.advice import Advice
+from npu_migrate.migrate.rules.unsupported.fused_optimizer import FUSED_OPS, npu_kernels
 from npu_migrate.opmap import load_table
 
 SOURCE = "import torch\nopt = torch.optim.AdamW(params)\nx = batch.cuda()\n"

@@ -9,16 +9,17 @@ import libcst as cst
 import pytest
 
 from npu_migrate import kernels
-from npu_migrate.migrate.diagnostics import DOCS_DIR, all_codes
+from npu_migrate.migrate.catalogue import all_codes
+from npu_migrate.migrate.diagnostics import DOCS_DIR
 from npu_migrate.migrate.engine import Engine
-from npu_migrate.migrate.rules.compile_mode import CompileMode
-from npu_migrate.migrate.rules.cuda_api import CudaApi
-from npu_migrate.migrate.rules.cuda_method import CudaMethod
-from npu_migrate.migrate.rules.device_string import DeviceString
-from npu_migrate.migrate.rules.float64 import Float64
-from npu_migrate.migrate.rules.is_cuda import IsCuda
-from npu_migrate.migrate.rules.nccl_backend import NcclBackend
-from npu_migrate.migrate.rules.unsupported_api import UnsupportedApi
+from npu_migrate.migrate.rules.unsupported.compile_mode import CompileMode
+from npu_migrate.migrate.rules.device.cuda_api import CudaApi
+from npu_migrate.migrate.rules.device.cuda_method import CudaMethod
+from npu_migrate.migrate.rules.device.device_string import DeviceString
+from npu_migrate.migrate.rules.unsupported.float64 import Float64
+from npu_migrate.migrate.rules.device.is_cuda import IsCuda
+from npu_migrate.migrate.rules.device.nccl_backend import NcclBackend
+from npu_migrate.migrate.rules.unsupported.unsupported_api import UnsupportedApi
 from npu_migrate.opmap import load_table
 
 DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi, CompileMode]

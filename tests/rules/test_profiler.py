@@ -11,7 +11,7 @@ import torch
 
 from npu_migrate import kernels
 from npu_migrate.kernels import profiler
-from npu_migrate.migrate.rules._profiler_call import HANDLER_KEYWORDS, PROFILE_KEYWORDS, PROFILE_METHODS, SCHEDULE_KEYWORDS
+from npu_migrate.migrate.rules.device._profiler_call import HANDLER_KEYWORDS, PROFILE_KEYWORDS, PROFILE_METHODS, SCHEDULE_KEYWORDS
 
 CASE = Path(__file__).parents[2] / "fixtures" / "rules" / "NPU210_profiler"
 

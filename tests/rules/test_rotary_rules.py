@@ -19,7 +19,7 @@ import torch
 
 from npu_migrate import kernels
 from npu_migrate.migrate.engine import Engine
-from npu_migrate.migrate.rules.rotary import Rotary
+from npu_migrate.migrate.rules.rotary.rotary import Rotary
 from npu_migrate.opmap import load_table as _load_table
 from tests.rules.emulated import pasted_low
 

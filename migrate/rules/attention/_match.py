@@ -1,0 +1,426 @@
+"""Attention in the dataflow view: ``softmax(scale · q kᵀ + masks) v`` in any spelling.
+
+``match(view, out)`` reads the value ``out`` (a ``matmul``) back to its operands::
+
+    out = matmul(P, v)                    P: softmax(S, dim=-1) with casts and one dropout around it
+    S   = scale · matmul(q, transposed(k))  with masks applied in any order: ``S + M``,
+          ``S.masked_fill(C, -inf)``, ``where(C, S, -inf)``, each optionally under ``if M is not None``
+          (a ``phi`` of the view), casts looked through; the scale may be on q instead
+
+Spellings (``@``/``matmul``/``bmm``/``einsum``, ``transpose``/``mT``/``permute``, ``softmax`` as
+function, method or ``nn.Softmax`` attribute, ``div``/``mul``, chained methods, one-expression
+returns) are the view's business, so they need nothing here. GQA by ``repeat_kv``/
+``repeat_interleave`` is read back to the K/V with fewer heads, which the kernel takes natively.
+
+The result is an ``Attention`` (what the fused call needs, as values) or a ``Blocked`` (why the
+kernel cannot express it, with a plan), or None when ``out`` is not attention at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from npu_migrate.migrate.rules.attention._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.view.syntax import code
+from npu_migrate.migrate.view import Value
+from npu_migrate.opmap import Fallback
+
+NEGATIVE_INFINITY = ("math.inf", "torch.inf", "numpy.inf", "float.inf")
+UNDERFLOW_PLAN = Fallback("manual", (
+    "The scores are masked with a large finite negative number, not minus infinity. The fused kernel removes "
+    "masked keys exactly, which equals the eager softmax only when exp(fill - max score) underflows to 0. Use "
+    "float('-inf') or torch.finfo(scores.dtype).min as the fill value (the result is unchanged wherever the "
+    "masked scores underflow, which is every realistic case), then run migrate again."))
+SOFTCAP_PLAN = Fallback("composite", "keep the eager attention (the fused kernel has no soft-cap); a custom "
+                                     "kernel (TileLang-Ascend / Ascend C) could fuse it")
+SINKS_PLAN = Fallback("manual", "npu_fusion_attention's (and _v3's) `sink` argument (float32 [head_num], needs a recent CANN) "
+                                "computes per-head sinks: pass the sink logits there and drop the concatenation, "
+                                "then check parity; until then the eager code runs")
+EINSUM_PLAN = Fallback("manual", "rewrite the scores as torch.matmul(q, k.transpose(-2, -1)) on [B, N, S, D] tensors "
+                                 "(or call F.scaled_dot_product_attention) so NPU302/NPU301 can fuse them")
+MERGED_PLAN = Fallback("manual", "compute the scores on the 4-D [B, N, S, D] query and key (q @ k.transpose(-2, -1)) "
+                                 "so NPU302 can fuse them, or call torch_npu.npu_fusion_attention on the 4-D tensors "
+                                 "with input_layout=\"BNSD\"; until then the eager code runs")
+HEAD_MASK_PLAN = Fallback("composite", "keep the eager attention, or apply the head mask to the output per head "
+                                       "when it is a per-head scalar (it then commutes with P @ V)")
+
+
+@dataclass
+class Term:
+    kind: str  # "additive" (S + M), "masked" (masked_fill(C, -inf): True = masked out), "keep" (where(C, S, -inf))
+    value: Value
+    condition: Optional[Value] = None  # the `if` test under which it applies
+
+
+@dataclass
+class Attention:
+    out: Value
+    q: Value
+    k: Value
+    v: Value
+    scale: Optional[Value] = None
+    inverse: bool = False  # the scores are divided by ``scale``
+    terms: List[Term] = field(default_factory=list)
+    softmax: Optional[Value] = None
+    probabilities: List[Value] = field(default_factory=list)  # softmax output and what is derived from it
+    dropout: Optional[Value] = None
+    value_cast: bool = False  # P is cast to v's dtype: run the kernel in q's dtype, cast back
+    repeated: Optional[Tuple[Value, Value]] = None  # (k, v) as repeated for the heads, when GQA was read back
+    merged_heads: bool = False  # the scores were reshaped (3-D products with heads merged into the batch)
+    unless: List[Value] = field(default_factory=list)  # `X is not None` tests under which the code applies
+    #                   what the kernel has no form for (a head mask, a soft-cap): fused only when X is None
+
+
+def _peel_casts(value: Value) -> Tuple[Value, List[Value]]:
+    casts = []
+    while value is not None and value.op in ("cast", "same"):
+        casts.append(value)
+        value = value.input
+    return value, casts
+
+
+def _softmax_dim_is_last(softmax: Value) -> bool:
+    dim = softmax["dim"]
+    return dim is not None and number(dim) in (-1, 3)
+
+
+def is_scores(value: Value, depth: int = 12) -> bool:
+    """Whether ``value`` is (a masked, scaled, cast form of) ``q @ kᵀ``."""
+    for _ in range(depth):
+        if value is None:
+            return False
+        if value.op == "matmul":
+            return True
+        if value.op in ("cast", "same", "masked_fill", "tanh", "baddbmm", "einsum", "reshape"):
+            value = value.input if value.op not in ("baddbmm", "einsum") else None
+            if value is None:
+                return True
+            continue
+        if value.op == "where":
+            value = value.input
+            continue
+        if value.op == "phi":
+            value = value["else"]
+            continue
+        if value.op in ("add", "sub", "mul", "div"):
+            left, right = value.input, value["other"]
+            value = left if is_scores(left, 4) else right
+            continue
+        return False
+    return False
+
+
+def very_negative(value: Value) -> Optional[bool]:
+    """True for minus infinity or the dtype minimum, False for another large negative number
+    (≤ -1e4: a finite fill), None for anything else."""
+    if value is None:
+        return None
+    if value.op == "neg" and value.input is not None and value.input.op == "name":
+        return True if value.input.name in NEGATIVE_INFINITY else None
+    if value.op == "neg" and value.input is not None and value.input.op == "call" and value.input.node is not None:
+        text = code(value.input.node).replace(" ", "").lower()
+        return True if text in ('float("inf")', "float('inf')", 'float("infinity")', "float('infinity')") else None
+    if value.op == "const" and value.number is not None:
+        return False if value.number <= -1e4 else None
+    if value.op == "call" and value.name is None and value.node is not None:
+        text = code(value.node).replace(" ", "").lower()
+        if text in ('float("-inf")', "float('-inf')", 'float("-infinity")', "float('-infinity')"):
+            return True
+    if value.op == "attr" and value.name == "min" and value.input is not None and value.input.op == "call" \
+            and value.input.name == "torch.finfo":
+        return True
+    if value.op == "neg" and value.input is not None and value.input.op == "attr" and value.input.name == "max":
+        return True if value.input.input is not None and value.input.input.name == "torch.finfo" else None
+    if value.op in ("tensor", "full") and (value["data"] or value["fill_value"]) is not None:
+        return very_negative(value["data"] or value["fill_value"])
+    if value.op == "cast":
+        return very_negative(value.input)
+    return None
+
+
+class _Reader:
+    def __init__(self, out: Value) -> None:
+        self.out = out
+        self.found = Attention(out, None, None, None)
+
+    # -- P @ V --------------------------------------------------------------------------------
+    def read(self):
+        probs, v = self.out.input, self.out["other"]
+        if probs is None or v is None:
+            return None
+        found = self.found
+        while probs is not None and probs.op in ("cast", "same", "dropout", "mul", "phi", "getitem"):
+            if probs.op == "getitem":  # probs[..., :-1] after a softmax over [scores | sinks]
+                inner = probs.input
+                if inner is not None and inner.op == "softmax" and inner.input is not None and inner.input.op == "cat":
+                    found.softmax = inner
+                    return Blocked(inner.input.node, "attention sinks (an extra logit column concatenated to the "
+                                                     "scores)", SINKS_PLAN)
+                return None
+            if probs.op == "phi":  # if head_mask is not None: probs = probs * head_mask
+                plain = _optional_head_mask(probs)
+                if plain is None:
+                    return None
+                found.unless.append(probs["test"])
+                found.probabilities.append(probs)
+                probs = plain
+                continue
+            if probs.op == "mul":
+                left, right = probs.input, probs["other"]
+                if _leads_to_softmax(left) or _leads_to_softmax(right):
+                    found.softmax = _softmax_below(left) or _softmax_below(right)
+                    return Blocked(probs.node, "the attention probabilities are multiplied by a head mask", HEAD_MASK_PLAN)
+                return None
+            if probs.op == "dropout":
+                if found.dropout is not None:
+                    return None
+                found.dropout = probs
+            elif probs.op == "cast" and _mentions(probs["dtype"] or probs["other"], v):
+                found.value_cast = True
+            found.probabilities.append(probs)
+            probs = probs.input
+        if probs is None or probs.op != "softmax" or not _softmax_dim_is_last(probs):
+            return None
+        found.softmax = probs  # set before the scores are read: a blocked site consumed it too
+        found.probabilities.append(probs)
+        found.v = v
+        return self.scores(probs.input)
+
+    # -- the scores -----------------------------------------------------------------------------
+    def scores(self, value: Value):
+        found = self.found
+        for _ in range(16):
+            if value is None:
+                return None
+            op = value.op
+            if op in ("cast", "same"):
+                value = value.input
+            elif op == "reshape":  # scores of 3-D operands with the heads merged into the batch, reshaped back
+                found.merged_heads = True
+                value = value.input
+            elif op == "phi":
+                step = self._optional(value)
+                if step is None:
+                    return None
+                if isinstance(step, Blocked):
+                    return step
+                value = step
+            elif op in ("add", "masked_fill", "where"):
+                step = self._term(value)
+                if step is None or isinstance(step, Blocked):
+                    return step
+                value = step
+            elif op in ("mul", "div"):
+                left, right = value.input, value["other"]
+                if op == "mul" and is_scores(right) and not is_scores(left):
+                    left, right = right, left
+                if not is_scores(left) or is_scores(right) or found.scale is not None:
+                    return None
+                found.scale, found.inverse = right, op == "div"
+                value = left
+            elif op == "tanh":
+                return Blocked(value.node, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no "
+                                           "fused form", SOFTCAP_PLAN)
+            elif op == "cat":
+                return Blocked(value.node, "attention sinks (an extra logit column concatenated to the scores)",
+                               SINKS_PLAN)
+            elif op == "matmul":
+                return self._product(value)
+            elif op == "baddbmm" and value.node is not None:
+                call = value.node
+                return baddbmm_scores(call, call, first_operand=1 if len(call.args) >= 3 and call.args[0].keyword is None
+                                      and not isinstance(call.func, cst.Attribute) or (code(call.func).startswith("torch.")) else 0)
+            elif op == "einsum":
+                return Blocked(value.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
+                                           "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
+            else:
+                return None
+        return None
+
+    def _product(self, value: Value):
+        found = self.found
+        if found.merged_heads or value.name == "bmm":
+            return Blocked(value.node, "the scores come from 3-D products with the heads merged into the batch, "
+                                       "which the rule does not prove to be Q and K^T", MERGED_PLAN)
+        q, kt = value.input, value["other"]
+        if kt is None or kt.op != "transposed":
+            return None
+        if q is not None and q.op == "mul" and found.scale is None:  # (q * scale) @ kᵀ
+            left, right = q.input, q["other"]
+            if right is not None and right.op in ("const", "name", "free", "attr", "param", "call", "pow", "div"):
+                found.scale, q = right, left
+        found.q, found.k = q, kt.input
+        found.terms.reverse()  # read from the softmax back: source order is the reverse
+        return found
+
+    def _term(self, value: Value):
+        op = value.op
+        if op == "add":
+            left, right = value.input, value["other"]
+            scores, term = (left, right) if is_scores(left) else (right, left)
+            if not is_scores(scores) or is_scores(term):
+                return None
+            label = _label(term)
+            if label is not None and BIAS_NAME.search(label):
+                return Blocked(value.node, f"a position bias ({label}) is added to the scores", fallback_pse(f"`{label}`"))
+            kind, mask = "additive", term
+        elif op == "masked_fill":
+            scores, mask, fill = value.input, value["mask"], value["value"]
+            kind = "masked"
+        else:
+            mask, scores, fill = value["condition"], value.input, value["other"]
+            kind = "keep"
+        if op != "add":
+            negative = very_negative(fill)
+            if negative is False:
+                return Blocked(value.node, f"the scores are masked with {code(fill.node) if fill.node else 'a finite value'}, "
+                                           "not minus infinity", UNDERFLOW_PLAN)
+            if negative is None:
+                return None
+        if any(t.kind == kind for t in self.found.terms):
+            return None
+        if mask is not None and mask.op == "expand" and mask["other"] is not None and is_scores(mask["other"]):
+            mask = mask.input  # mask.expand_as(scores): the broadcast the masked op does anyway
+        self.found.terms.append(Term(kind, mask))
+        return scores
+
+    def _optional(self, value: Value):
+        """``if M is not None: S = <S with M applied>``: the term, under that condition; or
+        ``if cap is not None: S = tanh(S / cap) * cap``: fused only when there is no soft-cap."""
+        test, then, other = value["test"], value["then"], value["else"]
+        if _is_none_test(test) and then is not None and other is not None and _soft_caps(then, other):
+            self.found.unless.append(test)
+            return other
+        for applied, plain in ((then, other), (other, then)):
+            if applied is None or plain is None or applied.op not in ("add", "masked_fill", "where"):
+                continue
+            before = len(self.found.terms)
+            rest = self._term(applied)
+            if isinstance(rest, Blocked):
+                return rest
+            if rest is plain:
+                self.found.terms[before].condition = test if applied is then else None
+                return plain
+            del self.found.terms[before:]
+        return None
+
+
+def _is_none_test(test: Optional[Value]) -> bool:
+    """``X is not None``."""
+    return (test is not None and test.op == "compare" and test.name == "IsNot" and test["other0"] is not None
+            and test["other0"].name == "None")
+
+
+def _soft_caps(capped: Value, scores: Value) -> bool:
+    """``capped`` is ``tanh(scores / cap) * cap`` (in any order of the product)."""
+    for _ in range(4):
+        if capped is None:
+            return False
+        if capped.op == "tanh":
+            inner = capped.input
+            return inner is not None and inner.op in ("div", "mul") and inner.input is scores
+        capped = capped.input if capped.op in ("mul", "cast") else None
+    return False
+
+
+def _label(value: Value) -> Optional[str]:
+    """How the code names a value: its source, or the parameter's name."""
+    if value.node is not None:
+        return code(value.node)
+    return value.name
+
+
+def _optional_head_mask(phi: Value) -> Optional[Value]:
+    """``phi(X is not None, P * X, P)``: P, else None."""
+    test, then, other = phi["test"], phi["then"], phi["else"]
+    if not _is_none_test(test) or then is None or then.op != "mul":
+        return None
+    if then.input is other and then["other"] is test.input or then["other"] is other and then.input is test.input:
+        return other
+    return None
+
+
+def _softmax_below(value: Value) -> Optional[Value]:
+    while value is not None and value.op in ("cast", "same", "dropout"):
+        value = value.input
+    return value if value is not None and value.op == "softmax" else None
+
+
+def _leads_to_softmax(value: Value) -> bool:
+    return _softmax_below(value) is not None
+
+
+def _mentions(value: Optional[Value], target: Value) -> bool:
+    """``p.to(v.dtype)`` / ``p.type_as(v)``: the cast reads ``target``."""
+    while value is not None:
+        if value is target:
+            return True
+        value = value.input if value.op in ("attr", "cast", "same") else None
+    return False
+
+
+def repeated_heads(value: Value) -> Optional[Value]:
+    """The tensor with fewer heads that ``value`` repeats for GQA: ``repeat_interleave(x, n, dim=1)``
+    or Hugging Face's ``repeat_kv`` (``x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)``,
+    inlined by the view)."""
+    if value is None:
+        return None
+    if value.op == "repeat_interleave" and number(value["dim"]) == 1:
+        return value.input
+    if value.op == "phi":  # repeat_kv's `if n_rep == 1: return x`: x either way
+        then, other = value["then"], value["else"]
+        inner = repeated_heads(other) if then is not None and other is not None else None
+        return inner if inner is not None and inner is then else None
+    if value.op == "reshape" and value.input is not None and value.input.op == "expand":
+        inner = value.input.input
+        if inner is not None and inner.op == "getitem" and inner["index2"] is not None \
+                and inner["index2"].op == "const" and inner["index2"].name == "None":
+            return inner.input
+    return None
+
+
+def unmatched_scores(softmax: Value) -> Optional[Blocked]:
+    """Why a softmax over attention scores was not fused when no product with V consumed it (the
+    form is reported, never left silent), or None when its input is not q·kᵀ scores."""
+    scores = softmax.input
+    while scores is not None and scores.op in ("cast", "same", "reshape"):
+        scores = scores.input
+    if scores is None:
+        return None
+    if scores.op == "einsum":
+        return Blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
+                                     "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
+    if not is_scores(scores) or not has_transposed_product(scores):
+        return None
+    return Blocked(softmax.node, "attention whose probabilities are not multiplied by V in a form the rule "
+                                 "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
+
+
+def has_transposed_product(value: Value, depth: int = 12) -> bool:
+    stack, seen = [(value, 0)], set()
+    while stack:
+        current, level = stack.pop()
+        if current is None or id(current) in seen or level > depth:
+            continue
+        seen.add(id(current))
+        if current.op in ("matmul", "baddbmm") and (current["other"] is None or current["other"].op == "transposed"
+                                                    or current.op == "baddbmm"):
+            return True
+        stack.extend((child, level + 1) for child in current.kw.values())
+    return False
+
+
+def match(out: Value):
+    """(an ``Attention``, a ``Blocked`` or None, the softmax it reached) for the value ``out``."""
+    if out.op != "matmul":
+        return None, None
+    reader = _Reader(out)
+    result = reader.read()
+    if isinstance(result, Attention) and (result.q is None or result.k is None or result.v is None):
+        return None, reader.found.softmax
+    return result, reader.found.softmax

@@ -1,0 +1,421 @@
+"""NPU302/NPU303: hand-written attention (any spelling the dataflow view reads) → npu_fusion_attention.
+
+The statements that compute the attention become a guarded region, ``if npu_glue.can_fuse(...):
+<fused call> else: <the original>``: the guard checks at run time what cannot be proven statically
+(4-D tensors, dtype, head dim, mask values and fully masked rows, a scalar scale) and the original
+code stays as the fallback, unchanged. The fused call is ``npu_glue.fusion_attention(...)``
+(``torch_npu.npu_fusion_attention`` in BNSD): it casts q/k/v to autocast's dtype under AMP, as the
+original's matmuls do, and gives rows with every key masked (left padding) the original's value. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
+the class) is handed to the kernel as its mask, its current values converted on every call: the
+buffer may be filled, loaded or written through ``.data`` after the class built it, so its contents
+are never taken for the kernel's causal mode. Other masks are converted to the NPU's True = masked
+out the same way. K and V repeated for grouped-query
+attention (``repeat_kv``, ``repeat_interleave``) are passed with their own head count (the kernel's
+native GQA), and the repetition moves into the fallback when nothing else reads it. When the
+probabilities are used afterwards, the fused path runs only under a run-time condition that says
+they are not (``not output_attentions``, Hugging Face's ``output_attentions`` request), and sets them
+to None there.
+
+Reported instead (NPU303, with a plan): what the kernel cannot express exactly (soft-capped
+logits, attention sinks, a position bias such as T5's ``position_bias`` or ALiBi added inside the
+softmax, a head mask multiplying the probabilities, masks filled with a finite value, einsum forms
+that are not a contraction over the last dims), probabilities used after the product with V
+without a run-time flag that says they are not, and regions that would not be sound
+(``migrate.defuse``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Tuple, Union
+
+import libcst as cst
+
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.defuse import read
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
+from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
+from npu_migrate.migrate.rules.attention._blockers import MOVED_PLAN, probabilities_used
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.rules.attention._definitions import causal_alignment, is_tril_buffer
+from npu_migrate.migrate.rules.attention._match import Attention, repeated_heads
+from npu_migrate.migrate.rules.attention._rank import RANK_PLAN, Shaped, shaped
+from npu_migrate.migrate.rules.attention._function_rule import FunctionRule
+from npu_migrate.migrate.view.emit import sited
+from npu_migrate.migrate.rules.attention._later_uses import load_sites_after
+from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.view.regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
+from npu_migrate.migrate.view.syntax import code
+from npu_migrate.migrate.rules.base import Rule
+
+TARGET = "torch_npu.npu_fusion_attention"
+RECORD = "pattern.attention.eager"  # its op-table record (a status other than fused turns the rule off)
+BLOCKED_RECORD = "pattern.attention.unfusable"
+REPORT = "NPU303"
+WIDTH = 100
+NOTE = "npu-migrate NPU302: fused attention where npu_glue.can_fuse proves it exact, else the original"
+NUMBER_ANNOTATIONS = ("float", "int")
+
+
+def _wrap(items: List[str], indent: str, margin: int) -> str:
+    """Comma-separated items on lines of at most WIDTH - margin characters, each starting with indent."""
+    lines, line = [], ""
+    for item in items:
+        piece = f"{item},"
+        if line and margin + len(indent) + len(line) + 1 + len(piece) > WIDTH:
+            lines.append(indent + line)
+            line = piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    lines.append(indent + line)
+    return "\n".join(lines)
+
+
+def _parenthesized(text: str, value) -> str:
+    simple = value.op in ("const", "param", "free", "name", "attr", "call", "getitem")
+    return text if simple else f"({text})"
+
+
+def python_number(value, view, depth: int = 0) -> bool:
+    """The value is a Python number (not a tensor): literals, ``math.*`` calls, sizes, shapes, and
+    parameters annotated ``float``/``int``; arithmetic of those."""
+    if value is None or depth > 8:
+        return False
+    if value.op == "const":
+        return value.number is not None
+    if value.op == "param":
+        param = next((p for p in (*view.func.params.params, *view.func.params.kwonly_params,
+                                  *view.func.params.posonly_params) if p.name.value == value.name), None)
+        return param is not None and param.annotation is not None and code(param.annotation.annotation) in NUMBER_ANNOTATIONS
+    if value.op in ("size", "ndim"):
+        return True
+    if value.op == "call" and (value.name or "").startswith("math."):
+        return True
+    if value.op == "getitem" and value.input is not None and value.input.op == "attr" and value.input.name == "shape":
+        return True
+    if value.op in ("add", "sub", "mul", "div", "pow", "floordiv"):
+        return python_number(value.input, view, depth + 1) and python_number(value["other"], view, depth + 1)
+    if value.op == "neg":
+        return python_number(value.input, view, depth + 1)
+    return False
+
+
+class EagerAttention(FunctionRule, Rule):
+    declarations = (
+        DiagnosticCode("NPU302", "eager-attention",
+                       "hand-written attention → torch_npu.npu_fusion_attention, guarded, the original kept as "
+                       "fallback", rewrites=True, example="eager_aliased"),
+        DiagnosticCode(REPORT, "eager-attention-unfused",
+                       "attention the fused kernel cannot express exactly is reported with a plan",
+                       example="unfusable"),
+    )
+    triggers = (b"softmax", b"Softmax")
+
+    def found(self, result, view) -> None:
+        if isinstance(result, Blocked):
+            parents = self.ctx.tree.parents()
+            node = result.node if result.node is not None and _within(result.node, view.func, parents) else \
+                result.root
+            anchor = statement_of(node, parents) if node is not None else view.func
+            self.report(anchor, f"attention not fused: {result.reason}", fallback=result.fallback, api=BLOCKED_RECORD,
+                        code=REPORT)
+            return
+        attempts = []
+        k0, v0 = repeated_heads(result.k), repeated_heads(result.v)
+        if k0 is not None and v0 is not None:
+            attempts.append((k0, v0))  # native GQA: the kernel takes K/V with fewer heads
+        attempts.append((result.k, result.v))
+        why = None
+        for k, v in attempts:
+            outcome = self._fuse(result, view, k, v)
+            if outcome is None:
+                return
+            why = why or outcome
+        if isinstance(why, str):
+            why = Blocked(None, why, MOVED_PLAN)
+        anchor = statement_of(result.out.node, self.ctx.tree.parents())
+        self.report(anchor, f"attention not fused: {why.reason}", fallback=why.fallback, api=BLOCKED_RECORD, code=REPORT)
+
+    # -- one attempt ---------------------------------------------------------------------------
+    def _fuse(self, att: Attention, view, k, v) -> Optional[str]:
+        """Emit the rewrite with these K and V operands; None when done, else why not."""
+        parents = self.ctx.tree.parents()
+        operands = [att.q, k, v, *(t.value for t in att.terms), *(t.condition for t in att.terms if t.condition),
+                    *(test.input for test in att.unless)]
+        operands += [x for x in (att.scale, att.dropout and att.dropout["p"], att.dropout and att.dropout["training"],
+                                 att.dropout and att.dropout["module"]) if x is not None]
+        piece = slice_of(view, att.out, operands, parents)
+        if isinstance(piece, str):
+            return piece
+        form = self._output(att, parents, view)
+        if isinstance(form, str):
+            return form
+        if form[0] == "inside":  # the fused value goes through a temporary; the statement using it follows the region
+            inside = [v for v in interior(att.out, operands) if v is not att.out and view.home(v)
+                      and _statement_index_of(piece, v.node, parents) == piece.end - 1]
+            if inside:
+                return "part of the attention is computed in the statement that uses its output"
+            piece = Slice(piece.view, piece.block, piece.start, piece.end - 1,
+                          tuple(i for i in piece.hoisted if i < piece.end - 1))
+            if piece.start >= piece.end:
+                return "the attention is written in one expression inside a larger one (assign it to a name first)"
+        shape = shaped([att.q, k, v])
+        if isinstance(shape, Blocked) or shape.rank not in (None, 4) and k is not att.k:
+            return shape if isinstance(shape, Blocked) else "K and V repeated for grouped heads are not 4-D"
+        texts = {}
+        for name, value in (("q", att.q), ("k", k), ("v", v)):
+            texts[name] = operand_code(piece, value)
+            if texts[name] is None:
+                return f"the {name} operand is not available as a plain name where the attention starts"
+            texts[name] = shape.operand(texts[name])
+        spec = self._spec(att, view, piece, texts, (att.k, texts["k"]) if k is not att.k else None, shape)
+        if isinstance(spec, str):
+            return spec
+        guard, masks = spec
+        for test in att.unless:  # fused only without the head mask
+            subject = operand_code(piece, test.input)
+            if subject is None:
+                return "the head mask or soft-cap is not available as a plain name where the attention starts"
+            guard.append(f"{subject} is None")
+        probs_guards, probs_none = [], []
+        for _ in range(3):
+            written = self._code(att, piece, texts, form, (guard, probs_guards), masks, probs_none, shape)
+            if written is None:
+                return "the scale is not available as a plain expression where the attention starts"
+            guard_text, fused = written
+            indent, unit = self.ctx.indentation(piece.block)
+            tail = [template(f"{form[1]} = {{out}}\n", out=att.out.node)] if form[0] == "inside" else []
+            edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard_text),
+                          [template(s) for s in fused], note=NOTE, hoisted=piece.hoisted, unit=unit,
+                          fallthrough=form[0] == "return", at_entry=True, tail=tail,
+                          replaced=att.out.node if form[0] == "inside" else None)
+            if not isinstance(edit, str):
+                edits = [edit] + ([Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)]
+                                  if form[0] == "inside" else [])
+                anchor = piece.block.body[piece.start]
+                how = "the causal buffer's values as the mask" if masks and masks[0][0] == "causal" else (
+                    "masks converted at run time" if masks else "no mask")
+                self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by "
+                                     f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
+                             imports=[ImportSpec("torch_npu")], helpers=[HELPER])
+                return None
+            used = self._probabilities_read_after(att, piece, edit)
+            if used is None:
+                return edit
+            flag = self._probs_guard(view, piece, used)
+            if flag is None:
+                return probabilities_used(None, used)
+            probs_guards.append(flag)
+            probs_none.append(used)
+        return "the attention probabilities are used afterwards"
+
+    def _output(self, att: Attention, parents, view) -> Union[Tuple[str, str], str]:
+        """("assign", name) for ``name = <attention>``, ("return", "the result") for ``return
+        <attention>``, ("inside", a new name) when a larger expression uses it (through that name)."""
+        parent = parents.get(id(att.out.node))
+        if isinstance(parent, cst.Assign) and parent.value is att.out.node and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0].target, cst.Name):
+            return "assign", parent.targets[0].target.value
+        if isinstance(parent, cst.AnnAssign) and parent.value is att.out.node and isinstance(parent.target, cst.Name):
+            return "assign", parent.target.value
+        if isinstance(parent, cst.Return) and parent.value is att.out.node:
+            return "return", "the returned value"
+        used = self.ctx.tree.names(view.func)
+        name = next(n for n in ("attn_output", "attention_output", "attn_out", "attn_output_npu") if n not in used)
+        return "inside", name
+
+    def _spec(self, att: Attention, view, piece: Slice, texts, repeated=None, shape: Shaped = Shaped()):
+        """(guard terms, masks) for the fused call, or why it cannot be written. ``repeated``: (the
+        K repeated for GQA, source of the K it repeats) when the kernel gets the latter; ``shape``: how
+        q/k/v of the rank the code gives them reach the kernel (masks follow them)."""
+        masks: List[Tuple[str, str]] = []  # (kind, code) or ("causal", mode, slice code)
+        cls = view.scope.cls
+        for term in att.terms:
+            causal = self._causal(term, cls, view)
+            text = operand_code(piece, term.value)
+            if text is None and repeated is not None:
+                text = _sequence_length_of(piece, term.value, *repeated)
+            if causal is None and text is None:
+                return "a mask is not available as a plain expression where the attention starts"
+            if text is not None and causal is None:
+                text = shape.mask(text, term.value)
+                if text is None:
+                    return Blocked(None, "a mask of 3-D attention (heads merged into the batch) whose rank the code "
+                                         "does not fix", RANK_PLAN)
+            if term.condition is not None:
+                condition = operand_code(piece, term.condition) if term.condition.node is None else \
+                    _condition_code(piece, term.condition)
+                if condition is None:
+                    return "the condition of a mask is not available where the attention starts"
+                subject = condition.split(" is not ")[0]
+                if text != subject:
+                    text = atom(f"{text} if {condition} else None")
+            masks.append((term.kind, text, causal))
+        if len(masks) == 1 and masks[0][2] is not None:
+            return [], [("causal", masks[0][2][0], masks[0][2][1])]
+        if any(m[1] is None for m in masks):
+            return "a mask is not available as a plain expression where the attention starts"
+        return [], [(kind, text) for kind, text, _ in masks]
+
+    def _causal(self, term, cls, view) -> Optional[Tuple[int, str]]:
+        """(sparse mode, slice code) when the term is a slice of a buffer built lower-triangular (the
+        kernel gets the slice's values, never the sparse mode: the buffer can change after __init__)."""
+        value = term.value
+        if term.condition is not None:
+            return None
+        if term.kind == "masked" and value.op == "compare" and value.name == "Equal" and number(value["other0"]) == 0:
+            value = value.input
+        elif term.kind != "keep":
+            return None
+        while value is not None and value.op in ("cast", "same"):
+            value = value.input
+        if value is None or value.node is None or not isinstance(value.node, cst.Subscript):
+            return None
+        found = causal_alignment(value.node)
+        if found is None or not is_tril_buffer(cls, found[0], self.qualified_name):
+            return None
+        return found[1], atom(code(value.node))
+
+    def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none, shape: Shaped):
+        """(guard, fused statements); ``guard_terms``: (the site's own conditions, the expressions that
+        say the probabilities are read afterwards)."""
+        q, k, v = texts["q"], texts["k"], texts["v"]
+        causal = masks[0] if masks and masks[0][0] == "causal" else None
+        mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
+        extra = ([f"causal={causal[2]}"] if causal else []) + (["cast_value=True"] if att.value_cast else [])
+        when, requested = guard_terms
+        scale = None
+        if att.scale is not None:
+            raw = operand_code(piece, att.scale)
+            if raw is None:
+                return None
+            scale = f"1 / {_parenthesized(raw, att.scale)}" if att.inverse else raw
+            if not python_number(att.scale, piece.view):
+                extra.append(f"scale={raw}")
+                scale = f"float({scale})"
+        extra += [f"weights_requested={' or '.join(requested)}"] if requested else []
+        value = f"{v}.to({q}.dtype)" if att.value_cast else v
+        args = [q, k, value, shape.heads(q)] + ([f"causal={causal[2]}"] if causal else mask_args)
+        args.append(f"scale={scale or '1.0'}")
+        keep = self._keep_prob(att, piece)
+        if keep:
+            args.append(f"keep_prob={keep}")
+        indent, unit = self.ctx.indentation(piece.block)
+        test = sited(f"{HELPER}.can_fuse({', '.join([q, k, v] + mask_args + extra)})", when)
+        cast = f".to({v}.dtype)" if att.value_cast else ""
+        call = f"{HELPER}.fusion_attention(\n{_wrap(args, unit, len(indent) + len(unit))}\n){shape.result}{cast}"
+        fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
+        fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
+        return test, fused
+
+    def _keep_prob(self, att: Attention, piece: Slice) -> Optional[str]:
+        dropout = att.dropout
+        if dropout is None:
+            return None
+        module = dropout["module"]
+        if module is not None:
+            name = operand_code(piece, module)
+            return atom(f"1 - {name}.p if {name}.training else 1.0")
+        p = operand_code(piece, dropout["p"]) if dropout["p"] is not None else "0.5"
+        if dropout["training"] is None:
+            return atom(f"1 - {p}")
+        return atom(f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0")
+
+    # -- probabilities read afterwards -----------------------------------------------------------
+    def _probabilities_read_after(self, att: Attention, piece: Slice, problem: str) -> Optional[str]:
+        """The name of the probabilities when ``problem`` says only the original defines it."""
+        if "is read after the region" not in problem:
+            return None
+        name = problem.split("`")[1]
+        after = piece.view.env_before.get(id(piece.block.body[piece.end])) if piece.end < len(piece.block.body) else None
+        bound = (after or {}).get(name)
+        if bound is None:
+            bound = _final_binding(piece, name)
+        return name if any(bound is p for p in att.probabilities) else None
+
+    def _probs_guard(self, view, piece: Slice, name: str) -> Optional[str]:
+        """A run-time expression that is true when the probabilities are used afterwards (the fused path runs
+        when it is false)."""
+        func = view.func
+        end_stmt = piece.block.body[piece.end - 1]
+        uses = load_sites_after(func.body, end_stmt, name)
+        params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+        flags = set()
+        for chain in uses:
+            flag = next((t for t in chain if t in params), None)
+            if flag is None:
+                break
+            flags.add(flag)
+        else:
+            if len(flags) == 1:
+                return flags.pop()
+        returned = uses and all(chain == ("<return>",) for chain in uses)
+        star = func.params.star_kwarg.name.value if isinstance(func.params.star_kwarg, cst.Param) else None
+        first = func.params.params[0].name.value if func.params.params else None
+        if returned and star and first == "module":
+            return f"{HELPER}.attention_weights_requested({first}, {star})"
+        return None
+
+
+SEQUENCE_LENGTH = re.compile(r"\.(shape\[(-2|2)\]|size\((-2|2)\))")
+
+
+def _sequence_length_of(piece: Slice, mask, repeated, source: str) -> Optional[str]:
+    """A mask that reads the repeated K only for its sequence length (``k.shape[-2]``), written
+    with the K the kernel gets instead (repeating the heads keeps the sequence length)."""
+    node = mask.node
+    if node is None or not piece.view.home(mask):
+        return None
+    env = piece.view.env_before.get(id(statement_of(node, piece.view.parents)), {})
+    names = [name for name, bound in env.items() if bound is repeated]
+    text = code(node)
+    for name in names:
+        uses = len(re.findall(rf"\b{re.escape(name)}\b", text))
+        lengths = len(re.findall(rf"\b{re.escape(name)}{SEQUENCE_LENGTH.pattern}", text))
+        if uses != lengths:
+            return None
+        text = re.sub(rf"\b{re.escape(name)}(?={SEQUENCE_LENGTH.pattern})", lambda _: source, text)
+    renamed = piece.view.value(node)  # the mask's other names must read the same at the guard
+    for name in _names_in_text(text, names):
+        if env.get(name) is not piece.guard_env().get(name):
+            return None
+    return atom(text) if names and renamed is mask else None
+
+
+def _names_in_text(text: str, skip) -> List[str]:
+    return [n for n in read([cst.parse_expression(text)]) if n not in skip]
+
+
+def _statement_index_of(piece: Slice, node, parents) -> Optional[int]:
+    block, index = enclosing_block(node, parents)
+    while block is not None and block is not piece.block:
+        block, index = enclosing_block(block, parents)
+    return index if block is piece.block else None
+
+
+def _within(node, func, parents) -> bool:
+    while node is not None:
+        if node is func:
+            return True
+        node = parents.get(id(node))
+    return False
+
+
+def _condition_code(piece: Slice, condition) -> Optional[str]:
+    """The test of an ``if M is not None`` term, as source valid where the guard runs."""
+    node = condition.node
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        left = operand_code(piece, piece.view.value(node.left))
+        right = operand_code(piece, piece.view.value(node.comparisons[0].comparator))
+        if left is not None and right is not None:
+            op = code(node.comparisons[0].operator).strip()
+            return f"{left} {op} {right}"
+    return operand_code(piece, condition)
+
+
+def _final_binding(piece: Slice, name: str):
+    """The value ``name`` holds after the region when it ends the function's body."""
+    view = piece.view
+    return view.env.get(name) if piece.block is view.func.body else None

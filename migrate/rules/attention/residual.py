@@ -1,0 +1,84 @@
+"""The attention family's residual detector: a softmax over q·kᵀ scores that feeds a product with V
+(or a softmax module chosen in ``__init__``), in any form the matcher may not read."""
+
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+from npu_migrate.migrate.rules.attention._match import has_transposed_product, is_scores
+from npu_migrate.migrate.tree import walk
+from npu_migrate.migrate.rules._residual import Family, peel, values
+from npu_migrate.migrate.view import Value, View
+
+
+def _attention(view: View) -> List[Value]:
+    found = []
+    for value in values(view, "softmax"):
+        scores = peel(value.input, ("cast", "same", "reshape"))
+        if scores is not None and (scores.op == "einsum" or (is_scores(scores) and has_transposed_product(scores))):
+            if _feeds_product(view, value):
+                found.append(value)
+    return found + _attribute_softmax(view)
+
+
+def _attribute_softmax(view: View) -> List[Value]:
+    """Calls ``self.<attr>(scores)`` where the class's ``__init__`` assigns ``self.<attr>`` (in any
+    branch) an expression naming a softmax, ``functools.partial(F.softmax, dim=-1)`` say: the
+    normalisation is chosen at construction (x-transformers' ``Attend``)."""
+    cls = view.scope.cls
+    if cls is None:
+        return []
+    found = []
+    for value in values(view, "call"):
+        callee = value["callee"]
+        if callee is None or callee.op != "attr" or callee.input is None or callee.input.op != "param" \
+                or callee.input.name != "self" or not _assigns_softmax(cls, callee.name):
+            continue
+        scores = value["arg0"]
+        if scores is not None and (_reaches(scores, "einsum") or has_transposed_product(scores, 16)) \
+                and _feeds_product(view, value):
+            found.append(value)
+    return found
+
+
+def _reaches(value: Value, op: str, depth: int = 16) -> bool:
+    """Whether ``op`` computes part of ``value`` (through masks, scales and branches: ``phi``)."""
+    stack, seen = [(value, 0)], set()
+    while stack:
+        current, level = stack.pop()
+        if current is None or id(current) in seen or level > depth:
+            continue
+        seen.add(id(current))
+        if current.op == op:
+            return True
+        stack.extend((child, level + 1) for child in current.kw.values())
+    return False
+
+
+def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
+    for init in (s for s in getattr(cls.body, "body", ()) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
+        for node in walk(init):
+            if isinstance(node, cst.Assign) and any(
+                    isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                    and t.target.value.value == "self" and t.target.attr.value == attribute for t in node.targets):
+                if any(isinstance(n, cst.Name) and "softmax" in n.value.lower() for n in walk(node.value)):
+                    return True
+    return False
+
+
+def _feeds_product(view: View, softmax: Value) -> bool:
+    for value in view.values.values():
+        if value.op in ("matmul", "einsum", "call", "mul"):
+            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
+                if peel(operand, ("cast", "same", "dropout", "getitem")) is softmax:
+                    return True
+    return False
+
+
+FAMILY = Family(
+    "attention", frozenset({"NPU301", "NPU302", "NPU303", "NPU106", "NPU107"}), "NPU303",
+    "pattern.attention.unrecognised", frozenset({"softmax", "Softmax", "einsum"}), _attention,
+    lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == "call" else "softmax over q·kᵀ scores",
+)

@@ -1,0 +1,229 @@
+"""Gated MLPs on the dataflow view: ``act(gate) * up``, in any order and over any statements,
+where gate and up are either two projections of one input (``self.gate_proj(x)``,
+``self.up_proj(x)``; ``F.linear``/``einsum``/``@`` with two weights) or the two halves of one
+projection split in two (``gate, up = self.gate_up_proj(x).chunk(2, dim=-1)``).
+
+``gated_in(view)`` reads every product of the function once and returns a ``Gated`` match per
+gated MLP, or a ``Blocked`` one (with its reason and plan) for a gated MLP the fused kernels cannot
+express exactly. A product that is not a gated MLP (``x * F.silu(z)`` of unrelated tensors) is
+neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple, Union
+
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.view.values import number, same_value
+from npu_migrate.migrate.view import Value, View
+from npu_migrate.opmap import Fallback
+
+#: the view's ops for activations, and the kind each is
+ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "act": "runtime", "relu": "relu"}  # (sigmoid gates: not GLUs)
+#: ops that project a tensor with a weight that is not a module attribute
+TENSOR_PROJECTIONS = ("linear", "matmul", "einsum")
+
+GEGLU_PLAN = Fallback("manual", (
+    "Keep the original code (it runs on the NPU, unfused). npu_geglu takes the two halves as one tensor: "
+    "fuse the gate and up weights into one projection (gate rows first) when loading the checkpoint, split it "
+    "with chunk(2, dim=-1), and run migrate again; it then becomes npu_glue.geglu_halves (npu_geglu with the "
+    "GELU approximation of your code, the activated half checked once on the device)."))
+ORDER_PLAN = Fallback("manual", (
+    "npu_swiglu/npu_geglu activate the first half of the last dim. Reorder the fused projection's output rows so "
+    "the gate comes first (swap the two halves of the weight, and of the bias, when loading the checkpoint) and "
+    "split along the last dim, then run migrate again."))
+STACK_PLAN = Fallback("manual", (
+    "Keep the original code (it runs on the NPU, unfused). To fuse it, store the gate and up weights as one "
+    "tensor whose last output axis holds [gate | up], compute both with one product, split it with "
+    "chunk(2, dim=-1), and run migrate again."))
+CLIPPED_PLAN = Fallback("manual", (
+    "Keep the original code (it runs on the NPU, unfused). torch_npu.npu_clipped_swiglu(x, dim=-1, alpha=1.0, "
+    "limit=<limit>, bias=0.0, interleaved=False) on [gate | up] computes silu(gate.clamp(max=limit)) * "
+    "up.clamp(-limit, limit): call it on the fused projection by hand and check with migrate parity on an NPU."))
+KERNEL_PLAN = Fallback("composite", (
+    "torch_npu has fused gated-MLP kernels for SiLU (npu_swiglu) and GELU (npu_geglu) only: the original "
+    "runs on the NPU unfused (activation and product as two element-wise kernels)."))
+
+
+@dataclass
+class Gated:
+    product: Value
+    act: Value  # the activation's value (a call of the activation)
+    kind: str  # "silu" (proven), "gelu" (proven), "runtime" (an activation module known at run time)
+    form: str  # "projections" (two module calls on one input), "halves" (chunk(2)), "tensors" (other)
+    gate: Value  # the activation's input
+    up: Value
+    source: Optional[Value] = None  # projections: the shared input; halves: the split tensor
+    modules: Tuple[Optional[Value], Optional[Value]] = (None, None)  # projections: gate and up modules
+    cast: Optional[Value] = None  # halves: both halves cast to this dtype (``gate.float()``, ``up.float()``)
+    weights: Tuple[Optional[Value], Optional[Value]] = (None, None)  # tensors: the gate and up weights
+    equation: Optional[str] = None  # tensors: the einsum equation (None: matmul)
+    dim: int = -1  # tensors: the weight axis that becomes the output's last
+
+
+Match = Union[Gated, Blocked]
+
+
+def gated_in(view: View) -> List[Match]:
+    """Every gated MLP of the function (memoised on the view)."""
+    found = getattr(view, "_gated", None)
+    if found is None:
+        found, seen = [], set()
+        for value in list(view.values.values()):
+            if value.op == "mul" and view.home(value) and id(value) not in seen:
+                seen.add(id(value))
+                match = _product(value)
+                if match is not None:
+                    found.append(match)
+        view._gated = found
+    return found
+
+
+def activation(value: Value) -> Optional[Tuple[str, Value]]:
+    """(kind, input) when ``value`` applies an activation to one tensor: a known activation op, or a
+    module attribute or a parameter called on one tensor (known only at run time)."""
+    kind = ACTIVATIONS.get(value.op)
+    if kind is not None and value.input is not None:
+        return kind, value.input
+    if value.op == "call" and set(value.kw) == {"callee", "arg0"}:
+        callee = value["callee"]
+        if _self_attribute(callee) or callee.op == "param":
+            return "runtime", value["arg0"]
+    return None
+
+
+def _product(product: Value) -> Optional[Match]:
+    for act_value, up in ((product.input, product["other"]), (product["other"], product.input)):
+        found = activation(act_value) if act_value is not None and up is not None else None
+        if found is None:
+            continue
+        kind, gate = found
+        if gate.op == "clamp" or up.op == "clamp":  # gpt-oss/DeepSeek-V4 style limits on gate and up
+            clamped = _halves(product, act_value, kind, _unclamped(gate), _unclamped(up)) or \
+                _projections(product, act_value, kind, _unclamped(gate), _unclamped(up))
+            if clamped is not None:
+                return Blocked(product.node, "clamped SwiGLU not fused: npu_clipped_swiglu computes it, but the "
+                                             "emulated NPU cannot prove the rewrite", CLIPPED_PLAN)
+        match = _halves(product, act_value, kind, gate, up) or _projections(product, act_value, kind, gate, up)
+        if match is None:
+            continue
+        if isinstance(match, Gated) and kind not in ("silu", "gelu", "runtime"):
+            return Blocked(product.node, "ReLU-gated MLP not fused: torch_npu has no fused kernel for it", KERNEL_PLAN)
+        if isinstance(match, Gated) and kind == "gelu" and match.form == "tensors":
+            return Blocked(product.node, "GeGLU (GELU-gated MLP) over einsum/matmul projections not fused: "
+                                         "npu_geglu needs both halves in one tensor (a copy per call)", GEGLU_PLAN)
+        return match
+    return None
+
+
+def _unclamped(value: Value) -> Value:
+    return value.input if value.op == "clamp" and value.input is not None else value
+
+
+# -- the two halves of one projection ---------------------------------------------------------------
+def _halves(product, act_value, kind, gate, up) -> Optional[Match]:
+    cast = None
+    if gate.op == "cast" and up.op == "cast" and _same_dtype(gate, up):
+        cast, gate, up = gate, gate.input, up.input
+    g, u = _half(gate), _half(up)
+    if g is None or u is None or g[0] is not u[0] or {g[1], u[1]} != {0, 1}:
+        return None
+    (tensor, first, last_dim) = g
+    if first != 0 or not last_dim:
+        why = "the second half is activated" if first != 0 else "the split is not along the last dim"
+        return Blocked(product.node, f"gated MLP not fused: {why}, but npu_swiglu/npu_geglu activate the first "
+                                     "half of the last dim", ORDER_PLAN)
+    return Gated(product, act_value, kind, "halves", gate, up, source=tensor, cast=cast)
+
+
+def _half(value: Value) -> Optional[Tuple[Value, int, bool]]:
+    """(the split tensor, 0 or 1, split along the last dim) for a half of ``t.chunk(2, dim)`` (also
+    as the view's ``channels`` of the last dim: ``first_half``/``second_half``)."""
+    if value.op == "channels" and value.name in ("first_half", "second_half") and value.number is None:
+        return value.input, ("first_half", "second_half").index(value.name), True
+    if value.op == "item" and value.input is not None and value.input.op == "chunk" \
+            and number(value.input["chunks"]) == 2:
+        return value.input.input, int(value.number) % 2, number(value.input["dim"]) == -1
+    return None
+
+
+def _same_dtype(a: Value, b: Value) -> bool:
+    da, db = a["dtype"], b["dtype"]
+    if da is None or db is None:
+        return False
+    if da.op == "name" and db.op == "name":
+        return da.name == db.name
+    return same_value(da, db)
+
+
+# -- two projections of one input -------------------------------------------------------------------
+def _projections(product, act_value, kind, gate, up) -> Optional[Match]:
+    g, u = _projection(gate), _projection(up)
+    if g is None or u is None or not same_value(g[1], u[1]):
+        return None
+    (g_module, source), (u_module, _) = g, u
+    if g_module is not None and u_module is not None:
+        if g_module.name == u_module.name:
+            return None  # one module applied twice is not a gated MLP
+        return Gated(product, act_value, kind, "projections", gate, up, source=source, modules=(g_module, u_module))
+    if g_module is None and u_module is None and gate.op == up.op and not _same_weight(gate, up):
+        stacked = _stacking(gate)
+        if isinstance(stacked, str):
+            return Blocked(product.node, f"gated MLP not fused: {stacked}", STACK_PLAN)
+        return Gated(product, act_value, kind, "tensors", gate, up, source=source,
+                     weights=(_weight(gate), _weight(up)), equation=stacked[0], dim=stacked[1])
+    return None
+
+
+def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], str]:
+    """(einsum equation or None for matmul, weight axis of the output's last dim) for stacking the
+    gate and up weights so that one product gives [gate | up], or why they cannot be stacked."""
+    if projection.op == "matmul":
+        return None, -1
+    if projection.op == "linear":  # x @ w.T: the output's last dim is the weight's first
+        return ("...k,nk->...n", 0) if projection["bias"] is None else "F.linear projections with biases"
+    equation = (projection["equation"].name or "").replace(" ", "") if projection["equation"] is not None else ""
+    if equation.count("->") != 1 or equation.count(",") != 1:
+        return "an einsum without an explicit output"
+    inputs, output = equation.split("->")
+    left, right = inputs.split(",")
+    last = output[-1:] if output and output[-1].isalpha() else ""
+    if not last or last in left or right.count(last) != 1 or "." in right:
+        return "the einsum's last output dim does not come from the weight alone"
+    return equation, right.index(last) - len(right)
+
+
+
+def _projection(value: Value) -> Optional[Tuple[Optional[Value], Value]]:
+    """(module, input) for ``self.proj(x)`` (an attribute called on one tensor), (None, input) for a
+    projection by a weight (``F.linear(x, w)``, ``x @ w``, ``einsum("...d,df->...f", x, w)``)."""
+    if value.op in ("linear", "act") and value["module"] is not None:  # act: a module known at run time
+        return value["module"], value.input
+    if value.op == "call" and set(value.kw) == {"callee", "arg0"} and _self_attribute(value["callee"]):
+        return value["callee"], value["arg0"]
+    if value.op in ("linear", "matmul") and value.input is not None:
+        return None, value.input
+    if value.op == "einsum" and value["*rest"] is not None and len(value["*rest"].items) == 2:
+        return None, value["*rest"].items[0]
+    return None
+
+
+def _weight(value: Value) -> Optional[Value]:
+    if value.op == "einsum":
+        return value["*rest"].items[1]
+    return value["weight"] if value.op == "linear" else value["other"]
+
+
+def _same_weight(a: Value, b: Value) -> bool:
+    wa, wb = _weight(a), _weight(b)
+    if wa is None or wb is None:
+        return True
+    if a.op == "einsum" and (a["equation"] is None or b["equation"] is None or a["equation"].name != b["equation"].name):
+        return True  # two different contractions: not the two halves of one MLP
+    return same_value(wa, wb) or (wa.op == wb.op == "attr" and wa.name == wb.name and same_value(wa.input, wb.input))
+
+
+def _self_attribute(value: Optional[Value]) -> bool:
+    return (value is not None and value.op == "attr" and value.input is not None and value.input.op == "param"
+            and value.input.name == "self")

@@ -1,0 +1,34 @@
+"""The gated-MLP family's residual detector: ``act(projection) · projection``."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from npu_migrate.migrate.rules._residual import Family, peel, values
+from npu_migrate.migrate.view import Value, View
+
+PROJECTIONS = ("linear", "matmul", "call", "item", "getitem")
+ACTIVATIONS = ("silu", "gelu", "act")
+
+
+def _is_projection(value: Optional[Value]) -> bool:
+    value = peel(value, ("cast", "same", "channels"))  # a half or the even channels of a projection too
+    return value is not None and value.op in PROJECTIONS
+
+
+def _gated_mlp(view: View) -> List[Value]:
+    found = []
+    for value in values(view, "mul"):
+        for act, other in ((value.input, value["other"]), (value["other"], value.input)):
+            act = peel(act)
+            if act is not None and act.op in ACTIVATIONS and _is_projection(act.input) and _is_projection(other):
+                found.append(value)
+                break
+    return found
+
+
+FAMILY = Family(
+    "gated_mlp", frozenset({"NPU330", "NPU331"}), "NPU331", "pattern.gated_mlp.unrecognised",
+    frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
+    lambda v: "act(projection) · projection",
+)

@@ -1,0 +1,443 @@
+"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half).
+
+Matched on the dataflow view (``mlp._match``), so a gated MLP is found however it is spelled:
+``act(gate) * up`` or ``up * act(gate)``, in one expression or over several statements (litgpt's
+``x_fc_1 = self.fc_1(x)``, ``x_fc_2 = self.fc_2(x)``, ``silu(x_fc_1) * x_fc_2``), with ``act``
+being ``F.silu``, ``nn.SiLU``, ``x * sigmoid(x)``, an ``ACT2FN[...]`` attribute or a module passed to
+the constructor (torchtune's ``FeedForward``: resolved at run time by the vendored helper):
+
+* two projections of one input → ``npu_glue.swiglu(act, gate, up)``;
+* a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` →
+  ``npu_glue.swiglu_halves(act, self.gate_up(x))``; with a GELU gate (``F.gelu``/``nn.GELU`` of
+  either approximation) → ``npu_glue.geglu_halves(self.gate_up(x), approximate)``;
+* an up projection applied under a flag (torchtune's ``h = act(w1(x)); if self.w3 is not None:
+  h = h * self.w3(x)``) → a guarded region whose fused branch runs when the flag holds.
+
+Statements that only compute the operands are folded into the call (their comments kept); names they
+bind must be read nowhere else. The helpers check at run time what cannot be proven (the activation
+is SiLU, shapes and dtypes fit) and compute the original ``act(gate) * up`` otherwise, so a model
+configured with another activation keeps its exact behaviour. Reported (NPU331): GeGLU over separate
+projections (npu_geglu needs one tensor: a copy per call), splits whose second half is activated,
+other activations (ReLU, sigmoid), and sites whose intermediate values are read elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Tuple, Union
+
+import libcst as cst
+
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.defuse import read
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.edits import Replace, Splice, code as template
+from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.view.emit import sited
+from npu_migrate.migrate.view.regions import _statement_index, enclosing_block, interior
+from npu_migrate.migrate.rules.mlp._experts import experts_gate, last_statement
+from npu_migrate.migrate.rules.mlp._match import Gated, gated_in
+from npu_migrate.migrate.view.syntax import code
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
+
+REPORT = "NPU331"
+HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
+REUSE_PLAN = Fallback("manual", (
+    "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
+    "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
+    "product, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU at run "
+    "time), and compute act(gate) separately only where it is read."))
+SILU = "torch.nn.functional.silu"
+ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
+Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node for the placeholder)
+
+
+class SwiGlu(Rule):
+    declarations = (
+        DiagnosticCode("NPU330", "swiglu",
+                       "act(gate(x)) * up(x) with a SiLU or GELU gate → torch_npu.npu_swiglu / npu_geglu (checked "
+                       "at run time)", rewrites=True, example="swiglu_fused"),
+        DiagnosticCode(REPORT, "swiglu-unfused",
+                       "gated MLPs the fused kernels cannot express exactly (reported, not rewritten)",
+                       example="swiglu_reported"),
+    )
+    triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self.ctx.is_helper:
+            return
+        if not self._may_gate(node):
+            return
+        view = self.ctx.view(node)
+        for match in gated_in(view):
+            where = match.product.node if isinstance(match, Gated) else match.node
+            if self.ctx.migrated(where):
+                continue  # a fused call or the fallback of a guard emitted before
+            if isinstance(match, Blocked):
+                self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
+                continue
+            problem = self._rewrite(match, view)
+            if problem is not None:
+                self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        """An MoE experts class that transformers gates with its library default (``mlp._experts``)."""
+        if self.ctx.is_helper or self.ctx.migrated(node):
+            return
+        edit = experts_gate(node, self.qualified_name, self.ctx.module)
+        if edit is not None:
+            self.rewrite(last_statement(node), f"MoE experts {node.name.value}: transformers' grouped_mm/batched_mm gate "
+                                    "(act_fn(gate) * up) → npu_glue.glu_halves (torch_npu.npu_swiglu / npu_geglu, "
+                                    "checked at run time) as its own _apply_gate",
+                         target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
+
+    def _may_gate(self, func: cst.FunctionDef) -> bool:
+        """The cheap filter before the view is built: the function names an activation (or a split)
+        and multiplies."""
+        names = self.ctx.tree.names(func.body)
+        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+            return False
+        return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                                     or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
+                                     for n in self.ctx.tree.subtree(func.body))
+
+    def _aliases(self) -> Set[str]:
+        """Local names imported as an activation (``from torch.nn.functional import silu as swish``)."""
+        found = getattr(self, "_alias_names", None)
+        if found is None:
+            found = self._alias_names = {local for local, bound in self.ctx.names.imports.items()
+                                         if any(q.rsplit(".", 1)[-1].lower() in ACTIVATION_NAMES for q in bound)}
+        return found
+
+    # -- the fused call ---------------------------------------------------------------------------
+    def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], str]:
+        """(call text with holes, holes, what it is) for the match, or why it cannot be written;
+        ``operand(value)`` gives the text or the hole of an operand where the call runs."""
+        holes: Dict[str, cst.CSTNode] = {}
+        missing = []
+
+        def put(name, value):
+            found = operand(value) if value is not None else None
+            if found is None:
+                missing.append(name)
+                return name
+            text, node = found
+            if node is None:
+                return text
+            holes[name] = node
+            return "{" + name + "}"
+
+        act = self._act(m)
+        if act is None:
+            return "the activation is not available as a function where the product is"
+        act_text = put("act", act) if not isinstance(act, str) else act
+        glu = {"silu": "swiglu", "gelu": "geglu", "runtime": "glu"}[m.kind]
+        approximate = [f"approximate={self._approximate(m)}"] if m.kind == "gelu" and act == "None" else []
+        order = ["up_first=True"] if m.form != "halves" and self._up_first(m) else []
+        if m.form == "halves":
+            tensor = put("tensor", m.source)
+            if m.cast is not None:
+                cast = self._cast(m.cast)
+                if cast is None:
+                    return "the halves are cast to a dtype that is not a plain name"
+                tensor = f"{tensor}.{cast}"
+            args, what = [act_text, tensor], "fused gate_up projection split with chunk(2)"
+        elif m.form == "projections":
+            args = [act_text, put("gate", m.modules[0]), put("up", m.modules[1]), put("x", m.source)]
+            glu, what = f"{glu}_linear", "gate and up projections"
+        else:
+            args = [act_text, put("x", m.source), put("gate", m.weights[0]), put("up", m.weights[1])]
+            args += [f"equation={m.equation!r}"] if m.equation else []
+            glu, what = "swiglu_stacked", "gate and up products with two weights"
+        if m.form == "halves":
+            glu = f"{glu}_halves"
+        if missing:
+            return f"the {missing[0]} operand is not available where the product is"
+        name = {"silu": "SwiGLU", "gelu": "GeGLU", "runtime": "SwiGLU/GeGLU"}[m.kind]
+        return sited(f"{HELPER}.{glu}({', '.join(args + approximate + order)})"), holes, f"{name} ({what})"
+
+    def _act(self, m: Gated):
+        """The activation: a value whose code is the callable, "None" for ``F.gelu`` (the helper takes
+        its approximation instead), or None when it has no source."""
+        act = m.act
+        if act.op == "call":
+            return act["callee"]
+        if act["module"] is not None:
+            return act["module"]
+        if m.kind == "gelu":
+            return "None"
+        if isinstance(act.node, cst.Call):
+            return _Node(act.node.func)
+        return self._callable(SILU)
+
+    def _callable(self, qualified: str) -> Optional[str]:
+        """Source that names the function ``qualified`` through the module's own imports."""
+        for local, bound in self.ctx.names.imports.items():
+            for prefix in bound:
+                if qualified == prefix or qualified.startswith(prefix + "."):
+                    return local + qualified[len(prefix):]
+        return None
+
+    def _approximate(self, m: Gated) -> str:
+        value = m.act["approximate"]
+        return code(value.node) if value is not None and value.node is not None else '"none"'
+
+    def _cast(self, cast) -> Optional[str]:
+        node = cast.node
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            return None
+        dtype = cast["dtype"]
+        if node.args and not (dtype is not None and dtype.op == "name"):
+            return None
+        return code(node.func.attr) + "(" + ", ".join(code(a) for a in node.args) + ")"
+
+    def _up_first(self, m: Gated) -> bool:
+        order = self._order(m.product.view)
+        g, u = order.get(id(m.gate.node)), order.get(id(m.up.node))
+        return g is not None and u is not None and u < g
+
+    def _order(self, view) -> Dict[int, int]:
+        found = getattr(view, "_source_order", None)
+        if found is None:
+            found = view._source_order = {id(n): i for i, n in enumerate(self.ctx.tree.subtree(view.func))}
+        return found
+
+    # -- where it goes ------------------------------------------------------------------------------
+    def _rewrite(self, m: Gated, view) -> Optional[str]:
+        parents = self.ctx.tree.parents()
+        block, index = enclosing_block(m.product.node, parents)
+        if block is None:
+            return "the product is not inside a block of statements"
+        kept = [m.source, *m.modules, *m.weights, m.act["module"], m.act["callee"]]
+        kept = [v for v in kept if v is not None]
+        feeders: Set[int] = set()
+        outside = []
+        for value in interior(m.product, kept):
+            if not view.home(value) or _inside(value.node, m.product.node, parents):
+                continue
+            at = _statement_index(block, value.node, parents)
+            if at is None:
+                outside.append(value)
+            else:
+                feeders.add(at)
+        if outside:
+            problem = self._optional_up(m, view, block, index, parents)
+            return problem if problem != "" else None
+        # the statements that compute the operands themselves fold into the call too, when nothing else reads them
+        own = {at for at in (_statement_index(block, v.node, parents) for v in kept
+                             if view.home(v) and not _inside(v.node, m.product.node, parents)) if at is not None and at < index}
+        # (a split only makes views: its statement may stay when its halves are read elsewhere)
+        options = [feeders | own, feeders] + ([set()] if m.form == "halves" else [])
+        first = None
+        for folded in options:
+            # the call runs where the folded statements were: names are read as before the first of them
+            here = view.env_before.get(id(block.body[min(folded, default=index)]), {})
+            problem = _removable(view, block, sorted(folded), index, m.product.node)
+            made = problem or self._call(m, lambda v: _operand(view, v, block, folded, here, m.product.node, parents))
+            if not isinstance(made, str):
+                feeders = folded
+                break
+            first = first or made
+        else:
+            return first
+        text, holes, what = made
+        edits = [Replace(m.product.node, template(text, **holes))]
+        if feeders:
+            edits.append(Splice(block, min(feeders), index))
+        if m.form != "halves":
+            what = what[:-1] + " in separate statements)" if feeders else what.replace("(gate", "(separate gate")
+        self._found(m, what, edits)
+        return None
+
+    def _found(self, m: Gated, label: str, edits) -> None:
+        target = "torch_npu.npu_geglu" if m.kind == "gelu" else "torch_npu.npu_swiglu"
+        shown = target
+        if m.kind == "silu":
+            proof = "SiLU proven"
+        elif m.kind == "gelu":
+            proof = "GELU proven, its approximation passed on"
+        else:
+            shown = "torch_npu.npu_swiglu / npu_geglu"
+            proof = f"`{code(self._act(m).node)}` checked to be SiLU or GELU at run time"
+        self.rewrite(m.product.node, f"{label} → {shown} (guarded: {proof}; original kept)", target=target,
+                     edits=edits, helpers=[HELPER])
+
+    def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[str]:
+        """``h = act(gate(x))`` then ``if flag: h = h * up(x)``: a guarded region over both statements
+        whose fused branch computes the gated product when the flag holds. "" when done, else why not."""
+        stmt = block.body[index]
+        holder = parents.get(id(block))
+        outer, at = enclosing_block(holder, parents) if isinstance(holder, cst.If) else (None, -1)
+        if outer is None or holder.orelse is not None or len(block.body) != 1 or m.form == "halves":
+            return "part of it is computed in another block"
+        target = _assigned(stmt)
+        act_stmt = at - 1
+        if target is None or act_stmt < 0 or _assigned(outer.body[act_stmt]) != target \
+                or view.values.get(id(outer.body[act_stmt].body[0].value)) is not m.act:
+            return "part of it is computed in another block"
+        here = view.env_before.get(id(outer.body[act_stmt]), {})
+        made = self._call(m, lambda value: _operand(view, value, outer, {act_stmt}, here, None, parents,
+                                                    moved=(outer.body[act_stmt], stmt)))
+        if isinstance(made, str):
+            return made
+        text, holes, what = made
+        act = self._act(m)
+        guard = sited(f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act})", ["{flag}"])
+        edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
+                      [template(f"{target} = {text}\n", **holes)], at_entry=True,
+                      unit=self.ctx.indentation(outer)[1])
+        if isinstance(edit, str):
+            return edit
+        self._found(m, f"{what.split(' (')[0]} (gate and up projections, up under `{code(holder.test)}`)", [edit])
+        return ""
+
+
+class _Node:
+    """A source node standing for a callable (``F.silu`` of ``F.silu(x)``)."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self.node = node
+        self.op, self.kw = "node", {}
+
+
+def _assigned(stmt: cst.CSTNode) -> Optional[str]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        targets = stmt.body[0].targets
+        if len(targets) == 1 and isinstance(targets[0].target, cst.Name):
+            return targets[0].target.value
+    return None
+
+
+def _inside(node: cst.CSTNode, container: cst.CSTNode, parents) -> bool:
+    while node is not None:
+        if node is container:
+            return True
+        node = parents.get(id(node))
+    return False
+
+
+def _removable(view, block, feeders: List[int], index: int, product: cst.CSTNode) -> Optional[str]:
+    """Why the statements ``feeders`` (before the product's statement ``index``) cannot be folded into
+    the product, or None."""
+    if not feeders:
+        return None
+    if feeders != list(range(feeders[0], index)):
+        return "other statements run between the projections and the product"
+    defined: Set[str] = set()
+    for i in feeders:
+        stmt = block.body[i]
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            return "an intermediate statement is not a plain assignment"
+        for target in stmt.body[0].targets:
+            names = _target_names(target.target)
+            if names is None:
+                return "an intermediate statement assigns to something other than names"
+            defined |= set(names)
+    reused = sorted(name for name in defined if _read_elsewhere(view, block, feeders, index, product, name))
+    if reused:
+        return " and ".join(f"`{n}`" for n in reused) + " is read elsewhere in the function"
+    return None
+
+
+def _read_elsewhere(view, block, feeders: List[int], index: int, product, name: str) -> bool:
+    """Whether code other than the product reads the value the folded statements leave in ``name``:
+    later statements that still see that binding (``gate, up_states = up_states.chunk(2)`` then
+    ``up_states = up_states * act(gate)`` rebinds it, so reads after that do not count), the product's
+    own statement outside the product, and, inside a loop, any read of the name in the loop."""
+    stmt = block.body[index]
+    value = view.env_before.get(id(stmt), {}).get(name)
+    if name in _reads_except(stmt, {id(product)}):
+        return True
+    folded = {id(block.body[i]) for i in feeders} | {id(stmt)}
+    for other, env in _statements(view):
+        if id(other) not in folded and env.get(name) is value and name in read(_header(other)):
+            return True
+    loop = _enclosing_loop(block, view)
+    return loop is not None and name in _reads_except(loop, folded | {id(product)})
+
+
+def _statements(view):
+    """(statement, the bindings where it starts) for every statement the view read."""
+    for node in view.func.body.body if isinstance(view.func.body, cst.IndentedBlock) else ():
+        for found in _walk_statements(node):
+            yield found, view.env_before.get(id(found), {})
+
+
+def _walk_statements(stmt):
+    yield stmt
+    for name in ("body", "orelse", "finalbody", "handlers"):
+        part = getattr(stmt, name, None)
+        parts = part if isinstance(part, (tuple, list)) else [part]
+        for piece in parts:
+            inner = getattr(piece, "body", None)
+            if isinstance(piece, (cst.If, cst.Else, cst.Finally, cst.ExceptHandler, cst.IndentedBlock)) or inner is not None:
+                if isinstance(piece, cst.If):
+                    yield from _walk_statements(piece)
+                    continue
+                block = piece if isinstance(piece, cst.IndentedBlock) else inner
+                for child in getattr(block, "body", ()) if not isinstance(block, (tuple, list)) else block:
+                    if isinstance(child, cst.BaseStatement):
+                        yield from _walk_statements(child)
+
+
+def _header(stmt) -> List[cst.CSTNode]:
+    """What a statement reads itself (a compound statement's test or iterable, not its body)."""
+    if isinstance(stmt, cst.SimpleStatementLine) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt]
+    return [n for n in (getattr(stmt, "test", None), getattr(stmt, "iter", None)) if n is not None] + \
+        [item for item in getattr(stmt, "items", ())]
+
+
+def _enclosing_loop(block, view):
+    node = view.parents.get(id(block))
+    while node is not None and node is not view.func:
+        if isinstance(node, (cst.For, cst.While)):
+            return node
+        node = view.parents.get(id(node))
+    return None
+
+
+def _target_names(node: cst.CSTNode) -> Optional[List[str]]:
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        names = [e.value.value for e in node.elements if isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement)]
+        return names if len(names) == len(node.elements) else None
+    return None
+
+
+def _reads_except(root: cst.CSTNode, skip: Set[int]) -> Set[str]:
+    """Names read in ``root`` outside the subtrees whose ids are in ``skip`` (statements or expressions)."""
+
+    class _Cut(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            if id(original) not in skip:
+                return updated
+            return cst.Name("__npu_cut__") if isinstance(original, cst.BaseExpression) else cst.RemoveFromParent()
+
+    return read([root.visit(_Cut())]) - {"__npu_cut__"}
+
+
+def _operand(view, value, block, feeders, here, product, parents, moved=()) -> Optional[Hole]:
+    """The source of ``value`` where the fused call runs: a hole for its own node when that node is in
+    the product or in a statement folded into it (the names it reads then must be bound there as
+    where it was written), else a name bound to it there, else an attribute chain; None otherwise."""
+    node = value.node
+    holders = [block.body[i] for i in feeders] + list(moved)
+    if node is not None and product is not None and _inside(node, product, parents):
+        return "", node
+    for stmt in holders if node is not None else ():
+        if _inside(node, stmt, parents):
+            own = view.env_before.get(id(stmt), {})
+            if all(own.get(n) is here.get(n) for n in read([node])):
+                return "", node
+            return None
+    named = sorted(n for n, bound in here.items() if bound is value)
+    if named:
+        return named[0], None
+    if value.op == "attr" and value.input is not None and value.input.op == "param" and node is not None:
+        return atom(code(node)), None
+    return None
+

@@ -1,0 +1,35 @@
+"""The RMSNorm family's residual detector: ``x · rsqrt(mean(x²) + eps)`` in any form, and RMSNorm
+functions and modules."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from npu_migrate.migrate.rules._residual import Family, peel, values
+from npu_migrate.migrate.view import Value, View
+
+
+def _mean_of_square(value: Optional[Value]) -> bool:
+    value = peel(value)
+    if value is None or value.op != "add":
+        return False
+    for side in (value.input, value["other"]):
+        mean = peel(side)
+        if mean is not None and mean.op == "mean" and peel(mean.input) is not None and peel(mean.input).op == "square":
+            return True
+    return False
+
+
+def _rms_norm(view: View) -> List[Value]:
+    found = [v for v in values(view, "rsqrt") if _mean_of_square(v.input)]
+    found += [v for v in values(view, "div") if v["other"] is not None and peel(v["other"]).op == "sqrt"
+              and _mean_of_square(peel(v["other"]).input)]
+    found += values(view, "rms_norm", "rms_norm_module")
+    return found
+
+
+FAMILY = Family(
+    "rms_norm", frozenset({"NPU320", "NPU321"}), "NPU321", "pattern.rms_norm.unrecognised",
+    frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
+    lambda v: "nn.RMSNorm module" if v.op == "rms_norm_module" else "x · rsqrt(mean(x²) + eps)",
+)

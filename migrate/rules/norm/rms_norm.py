@@ -1,0 +1,273 @@
+"""NPU320/NPU321: RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm``.
+
+Every RMSNorm the dataflow view reads (``norm._match``: hand-written in any spelling, through
+``self._norm`` helpers, T5's half-precision branch, Gemma's and litgpt's ``1 + weight``, a reduction
+dim known only at run time, ``F.rms_norm``/``torch.rms_norm``) becomes a guarded fused call. A norm
+that a function returns gets a fast path in front of the statements that compute it (which stay as
+the fallback); elsewhere the statements are a guarded region or the expression a guarded one::
+
+    if npu_glue.rms_norm_fits(x, self.weight, mixed_dtype=True):
+        return npu_glue.rms_norm(x, self.weight, self.eps)
+
+``npu_rms_norm`` also takes float16/bfloat16 x with a float32 weight (mixed precision, as under
+autocast); ``npu_glue.rms_norm`` casts its result to the dtype the original returns (x's, or the
+promotion of x's and the weight's, read off the code), so the fusion also happens under AMP. Where
+that dtype depends on a branch (T5) the guard requires equal dtypes. Gemma's ``1 + weight`` norm runs
+``npu_rms_norm`` with ``1.0 + weight.float()`` as its weight (float32, as the original computes the
+factor), which has a backward on an NPU: ``npu_gemma_rms_norm`` has none, so training would lose
+the fusion; it stays only for a result promoted from x's and the weight's dtypes (inference only).
+``torch.nn.RMSNorm`` modules
+and subclasses are built from ``npu_glue.RMSNorm``, whose forward does the same.
+
+Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
+reduction dim, LayerNorm-style centring, several factors, no eps, a float32 result never cast back,
+a cast to another tensor's dtype, branches), and operands the guard cannot read.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.view.emit import emit, operand_text, sited
+from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.view.regions import interior
+from npu_migrate.migrate.rules.norm._match import GENERIC, Mismatch, Norm, has_eps, is_core, match
+from npu_migrate.migrate.rules._table import TORCH_NPU
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
+
+FUSED, REPORT = "NPU320", "NPU321"
+TARGET = "torch_npu.npu_rms_norm"
+MODULE = "torch.nn.RMSNorm"
+NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
+PLAN = Fallback(
+    "manual",
+    "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
+    "keepdim=True) + eps) * weight on the last dim and call torch_npu.npu_rms_norm(x, weight, "
+    "epsilon=eps)[0] with weight in x's dtype (or float32 for float16/bfloat16 x).",
+)
+
+
+class RmsNorm(Rule):
+    declarations = (
+        DiagnosticCode(FUSED, "rms-norm",
+                       "RMSNorm (hand-written, F.rms_norm, nn.RMSNorm) → torch_npu.npu_rms_norm (guarded; original "
+                       "kept as fallback)", rewrites=True, example="rms_norm_llama"),
+        DiagnosticCode(REPORT, "rms-norm-unfused",
+                       "RMSNorm-like code that the fused kernels do not reproduce (reported, not rewritten)",
+                       example="rms_norm_reported"),
+    )
+    triggers = (b"sqrt", b"-0.5", b"rms_norm", b"RMSNorm")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        self._mentions: Dict[int, bool] = {}
+        self._regions: list = []  # statement ranges of the regions emitted in this file
+        self._halves: Optional[set] = None
+
+    # -- the functions of the module ------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.ctx.is_helper:
+            return
+        functions = [f for f in self._functions() if self._may_hold(f)]
+        found = {id(f): self._analyse(f) for f in functions}
+        # helpers read through by a norm (migrated before or now) are not norms of their own
+        consumed = {id(helper) for norms, _, _ in found.values() for norm in norms for helper in self._inlined(norm)}
+        for func in functions:
+            if id(func) not in consumed and not self._calls_npu(func):
+                norms, cores, mismatches = found[id(func)]
+                fresh = lambda value: not self.ctx.migrated(value.node)  # noqa: E731
+                self._act(func, [n for n in norms if fresh(n.out)], [c for c in cores if fresh(c)], mismatches)
+
+    def _act(self, func: cst.FunctionDef, norms: List[Norm], cores: List, mismatches: List) -> None:
+        """Fuse the norms, outermost first (an inner one where an outer one cannot be written), and
+        report every inverse RMS that no fused norm covers."""
+        covered, failed = set(), {}
+        for norm in norms:
+            if id(norm.out) in covered:
+                continue
+            why = self._fuse(norm, func)
+            if why is None:
+                covered |= {id(v) for v in interior(norm.out, [norm.x])}
+            else:
+                failed.setdefault(id(norm.core), (norm, why))
+        for core in cores:
+            if id(core) in covered:
+                continue
+            if id(core) in failed:
+                norm, why = failed[id(core)]
+                kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
+                self.report(norm.out.node, f"{kind} in {func.name.value}() not fused: {why}", fallback=PLAN, code=REPORT)
+            else:
+                reason = self._reason(core, mismatches)
+                if reason is None and not has_eps(core):
+                    continue  # a root mean square that normalises nothing (an energy, a metric)
+                self.report(core.node, f"RMSNorm-like code not fused: {reason or GENERIC}", fallback=PLAN, code=REPORT)
+
+    def _functions(self) -> List[cst.FunctionDef]:
+        if self._by_name is None:
+            self._by_name = {}
+            for node in self.ctx.tree.of_type(self.ctx.module, cst.FunctionDef):
+                self._by_name.setdefault(node.name.value, []).append(node)
+        return [f for funcs in self._by_name.values() for f in funcs]
+
+    def _may_hold(self, func: cst.FunctionDef) -> bool:
+        """Cheap and necessary for a match: the function and the functions of this module it may call
+        (the view inlines them) name a mean and a root (or hold the 0.5 of ``** -0.5``), or name
+        rms_norm; import aliases too."""
+        found = self._mentions.get(id(func))
+        if found is None:
+            if self._halves is None:  # the functions holding a 0.5 literal, found in one walk of the module
+                parents = self.ctx.tree.parents()
+                self._halves = set()
+                for node in self.ctx.tree.of_type(self.ctx.module, cst.Float):
+                    if float(node.evaluated_value) == 0.5:
+                        while node is not None:
+                            self._halves.add(id(node))
+                            node = parents.get(id(node))
+            names, seen, stack = set(), set(), [func]
+            while stack:
+                current = stack.pop()
+                if id(current) not in seen:
+                    seen.add(id(current))
+                    own = self.ctx.tree.names(current)
+                    names |= own | ({"0.5"} if id(current) in self._halves else set())
+                    stack.extend(f for name in own for f in self._by_name.get(name, ()))
+            means = {"mean"} | self.ctx.names.may_denote(["torch.mean"])
+            roots = {"rsqrt", "sqrt", "0.5"} | self.ctx.names.may_denote(["torch.rsqrt", "torch.sqrt"])
+            norms = {"rms_norm"} | self.ctx.names.may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
+            found = self._mentions[id(func)] = bool(names & means and names & roots or names & norms)
+        return found
+
+    def _analyse(self, func: cst.FunctionDef) -> Tuple[List[Norm], List, List]:
+        """(the norms the function computes, largest first; its inverse RMS values and rms_norm
+        calls; (value, reason) for the values around one that do not match)."""
+        view = self.ctx.view(func)
+        norms, cores, mismatches = [], [], []
+        for value in {id(v): v for v in view.values.values()}.values():
+            if not view.home(value):
+                continue
+            if is_core(value) or value.op == "rms_norm":
+                cores.append(value)
+            try:
+                norm = match(value)
+            except Mismatch as exc:
+                mismatches.append((value, exc.reason))
+                continue
+            if norm is not None:
+                norms.append(norm)
+        norms.sort(key=lambda n: -len(interior(n.out, [n.x])))
+        return norms, cores, mismatches
+
+    @staticmethod
+    def _reason(core, mismatches) -> Optional[str]:
+        """The reason of the largest computation around ``core`` that failed to match, if any."""
+        best, size = None, 0
+        for root, reason in mismatches:
+            values = interior(root, [])
+            if any(v is core for v in values) and len(values) > size:
+                best, size = reason, len(values)
+        return best
+
+    @staticmethod
+    def _inlined(norm: Norm) -> List[cst.FunctionDef]:
+        """Helpers of the module whose code the norm was read through (``self._norm``)."""
+        home = norm.out.view
+        return [v.view.func for v in interior(norm.out, [norm.x]) if v.view is not None and v.view is not home]
+
+    def _calls_npu(self, func: cst.FunctionDef) -> bool:
+        """Code that calls the NPU kernels itself (migrated by hand)."""
+        return any(isinstance(n, cst.Call) and (self.qualified_name(n.func) or "").startswith("torch_npu.")
+                   for n in self.ctx.tree.subtree(func))
+
+    # -- the rewrite ----------------------------------------------------------------------------
+    def _fuse(self, norm: Norm, func: cst.FunctionDef) -> Optional[str]:
+        """Emit the rewrite of one norm; None when done, else why not."""
+        view = self.ctx.view(func)
+        functional = norm.core.op == "rms_norm"
+        returned = not functional and view.result() is norm.out and self._returns_directly(func, norm)
+        operands = [v for v in (norm.x, norm.weight, norm.eps, norm.dim, norm.shape) if v is not None]
+        kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
+        op = "npu_gemma_rms_norm" if norm.gemma else "npu_rms_norm"
+        if functional:
+            api = self.qualified_name(norm.core.node.func) if isinstance(norm.core.node, cst.Call) else None
+            message = f"{api} → torch_npu.{op} (guarded)"
+        elif returned:
+            api, message = None, f"{kind} {func.name.value}() → torch_npu.{op} (guarded fast path; original kept)"
+        else:
+            api, message = None, f"{kind} in {func.name.value}() → torch_npu.{op} (guarded)"
+        return emit(self, view, norm.out, operands, lambda piece: self._write(norm, piece, message), note=NOTE,
+                    target=f"torch_npu.{op}", api=api, imports=[TORCH_NPU], helpers=[HELPER], fast_path=returned,
+                    anchor=func if returned else None, taken=self._regions)
+
+    @staticmethod
+    def _returns_directly(func: cst.FunctionDef, norm: Norm) -> bool:
+        body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+        last = body[-1] if body else None
+        return isinstance(last, cst.SimpleStatementLine) and any(
+            isinstance(s, cst.Return) and s.value is norm.out.node for s in last.body)
+
+    def _write(self, norm: Norm, piece, message: str):
+        """(guard, fused call, message) with the operands written where the guard runs, or why not."""
+        texts = {}
+        for name in ("x", "weight", "eps", "dim", "shape"):
+            value = getattr(norm, name)
+            if value is not None:
+                texts[name] = operand_text(piece, value)
+                if texts[name] is None:
+                    return f"the norm's {name} is not available as a plain name where the fused call would run"
+        x, weight = texts["x"], texts.get("weight")
+        eps = self._eps(norm, texts.get("eps"))
+        shape = texts.get("shape")
+        guards = []
+        if norm.dim is not None:
+            guards.append(f"{texts['dim']} in (-1, {x}.dim() - 1)")
+        shape_kw = f", normalized_shape={shape}" if shape is not None else ""
+        gamma = weight or f"{x}.new_ones({shape or f'{x}.shape[-1]'})"
+        if norm.gemma and norm.dtype == "x":  # npu_rms_norm with 1 + w as the original computes it: a backward
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
+            fused = f"{HELPER}.rms_norm({x}, 1.0 + {weight}.float(), {eps}, dtype={x}.dtype)"
+        elif norm.gemma and norm.dtype is None:
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw})"
+            fused = f"torch_npu.npu_rms_norm({x}, 1 + {weight}, epsilon={eps})[0]"
+        elif norm.gemma:  # promoted from x's and the weight's dtypes: the inference-only kernel
+            guard = f"{HELPER}.gemma_rms_norm_fits({x}, {weight})"
+            fused = f"torch_npu.npu_gemma_rms_norm({x}, {weight}, epsilon={eps})[0]"
+        elif norm.dtype is None or weight is None:  # equal dtypes only (or no weight: x's dtype)
+            guard = f"{HELPER}.rms_norm_fits({x}{', ' + weight if weight else ''}{shape_kw})"
+            fused = f"torch_npu.npu_rms_norm({x}, {gamma}, epsilon={eps})[0]"
+        else:  # the kernel's mixed precision: the result cast to the original's dtype
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
+            dtype = f", dtype={x}.dtype" if norm.dtype == "x" else ""
+            fused = f"{HELPER}.rms_norm({x}, {weight}, {eps}{dtype})"
+        return sited(guard, guards), fused, message
+
+    @staticmethod
+    def _eps(norm: Norm, text: Optional[str]) -> str:
+        """F.rms_norm's default eps is float32's for the dtypes the kernel takes; a variable eps may be None."""
+        if norm.eps is None:
+            return f"{HELPER}.FLOAT32_EPS"
+        if norm.core.op == "rms_norm" and number(norm.eps) is None:
+            return f"{HELPER}.rms_norm_eps({text})"
+        return text
+
+    # -- torch.nn.RMSNorm -----------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.is_helper and self.qualified_name(node.func) == MODULE and not self.ctx.migrated(node):
+            self._module(node.func, "nn.RMSNorm module")
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            if not self.ctx.is_helper and base.keyword is None and self.qualified_name(base.value) == MODULE:
+                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}")
+
+    def _module(self, node: cst.CSTNode, what: str) -> None:
+        self.replace(node, template(f"{HELPER}.RMSNorm"), f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in "
+                                                          "its forward where it computes the same; same state dict)",
+                     target=TARGET, api=MODULE, helpers=[HELPER])

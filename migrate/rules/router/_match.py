@@ -1,0 +1,320 @@
+"""MoE routers on the dataflow view: a top-k over expert scores that picks each token's experts, and
+the weights the experts' outputs are scaled by. Three kinds, one per torch_npu kernel:
+
+* ``softmax``: ``topk(softmax(logits))`` (weights = the top-k probabilities; a renormalisation after it
+  stays after it) → ``npu_moe_gating_top_k_softmax`` (``_v2`` with ``output_softmax=True`` when the full
+  probabilities are read afterwards, e.g. by an auxiliary loss);
+* ``topk_softmax``: ``topk(logits)`` then a softmax over the k values (renormalised over the top-k)
+  → ``npu_moe_gating_top_k_softmax_v2(renorm=1)``;
+* ``grouped``: sigmoid (or softmax) scores, plus a selection bias, optionally limited to the best
+  groups of experts (``router._groups``), the weights gathered from the unbiased scores, renormalised
+  (``w / (w.sum(-1, keepdim=True) + eps)``, possibly under a flag) and scaled
+  (``routed_scaling_factor``) → ``npu_moe_gating_top_k``.
+
+``routers_in(view)`` returns a ``Router`` per top-k that is a router, or a ``Blocked`` one (why the
+kernels cannot express it, with a plan). A top-k in a function that names no expert, router, gate or
+MoE is not a router (top-k sampling, detection post-processing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+import libcst as cst
+
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.rules.router._groups import Groups, masked
+from npu_migrate.migrate.view import Value, View
+from npu_migrate.opmap import Fallback
+
+WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
+
+PLANS = {
+    "dims": Fallback("manual", "The MoE gating kernels pick experts per token (scores and top-k over the last, "
+                               "experts' dim); expert-choice routing (top-k over tokens) has no fused kernel: keep "
+                               "the original code."),
+    "scores": Fallback("manual", "npu_moe_gating_top_k chooses experts by softmax(x) or sigmoid(x) plus an optional "
+                                 "bias [E] and weighs them by the unbiased scores: compute the router in that form (or "
+                                 "keep the original code, which runs on the NPU unfused) and run migrate again."),
+    "renorm": Fallback("manual", "npu_moe_gating_top_k always renormalises sigmoid weights (w / (sum(w) + eps), then "
+                                 "* routed_scaling_factor): a sigmoid router without that renormalisation keeps the "
+                                 "original code (it runs on the NPU unfused)."),
+}
+
+
+@dataclass
+class Router:
+    topk: Value
+    kind: str  # "softmax", "topk_softmax", "grouped"
+    logits: Value  # the kernel's x: the input of the scores' softmax/sigmoid, or of the top-k
+    k: Value
+    weights: Optional[Value]  # the value the kernel's first output stands for (None: not read)
+    indices: Optional[Value]
+    probs: Optional[Value] = None  # the scores over all experts (for kernels that can return them)
+    norm: str = "softmax"  # the scores: "softmax" or "sigmoid"
+    dim: Optional[Value] = None  # the softmax's dim (checked at run time)
+    dtype: Optional[Value] = None  # the softmax's dtype argument
+    bias: Optional[Value] = None
+    groups: Optional[Groups] = None
+    experts: Optional[Value] = None  # scores reshaped to (-1, experts) before the bias
+    scale: Optional[Value] = None
+    eps: Optional[Value] = None
+    renormalised: bool = False
+    flags: Tuple[Value, ...] = ()  # run-time tests under which the code computes what the kernel does
+    values: List[Value] = field(default_factory=list)  # every value of the router (for the region)
+
+
+Match = Union[Router, Blocked]
+
+
+def routers_in(view: View) -> List[Match]:
+    """Every router of the function and of the helpers inlined into it (memoised on the view)."""
+    found = getattr(view, "_routers", None)
+    if found is None:
+        found = []
+        graph = _Graph(view)
+        for value in graph.values:
+            if value.op == "topk":
+                match = _router(value, graph)
+                if match is not None:
+                    found.append(match)
+        view._routers = found
+    return found
+
+
+def names_a_router(names, extra=()) -> bool:
+    return any(word in name.lower() for name in (*names, *extra) for word in WORDS)
+
+
+def _bound_items(topk: Value, parents) -> Optional[List[int]]:
+    """The items ``w, i = topk(...)`` binds to names (the indices among them), else None."""
+    parent = parents.get(id(topk.node)) if topk.node is not None else None
+    if not (isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Tuple)):
+        return None
+    names = [e.value.value if isinstance(e.value, cst.Name) else None for e in parent.targets[0].target.elements]
+    if len(names) != 2 or names[1] in (None, "_"):
+        return None
+    return [i for i, name in enumerate(names) if name not in (None, "_")]
+
+
+class _Graph:
+    """Every value reachable from the function's own values (inlined helpers included), and who uses each."""
+
+    def __init__(self, view: View) -> None:
+        self.parents = view.parents
+        self.values: List[Value] = []
+        self.users: Dict[int, List[Value]] = {}
+        seen = set()
+        stack = list(view.values.values())
+        while stack:
+            value = stack.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            self.values.append(value)
+            for child in (*value.kw.values(), *value.items):
+                self.users.setdefault(id(child), []).append(value)
+                stack.append(child)
+
+    def uses(self, value: Value) -> List[Value]:
+        return self.users.get(id(value), [])
+
+    def items(self, value: Value, index: int) -> List[Value]:
+        return [u for u in self.uses(value) if u.op == "item" and u.number == index]
+
+
+def _router(topk: Value, graph: _Graph) -> Optional[Match]:
+    largest = topk["largest"]
+    if largest is not None and not (largest.op == "const" and largest.number == 1):
+        return None  # the k smallest: not a choice of experts
+    indices = graph.items(topk, 1)
+    firsts = graph.items(topk, 0)
+    if not indices:
+        bound = _bound_items(topk, graph.parents)
+        if bound is None:
+            return None
+        # bound by ``a, b = topk(...)``, then lost to the view (set on one path of an if only): the
+        # statement's names stand for them, whatever reads them later
+        firsts, indices = [Value("item", {"input": topk}, view=topk.view, number=i) for i in bound], \
+            [Value("item", {"input": topk}, view=topk.view, number=1)]
+        firsts = [item for item in firsts if item.number == 0]
+    if any(use.op == "scatter" and use["index"] is index and number(use["src"]) == 1
+           for index in indices for use in graph.uses(index)):
+        return None  # the groups chosen for a group-limited router (a mask of ones), not the experts
+    selection = topk.input
+    groups = None
+    found = masked(selection) if selection is not None else None
+    if found is not None:
+        groups, selection = found
+    scores, bias, experts = _biased(selection)
+    if scores is None and selection.op == "add" and _from_parameter(selection):
+        return None  # a helper choosing from scores its caller computes: read where it is inlined
+    if scores is None:
+        if groups is None and selection.op != "add" and not _mentions_scores(selection):
+            return _topk_softmax(topk, graph, indices, firsts)
+        return Blocked(topk.node, "MoE router not fused: the experts are chosen by scores that are not softmax or "
+                                  "sigmoid of the logits (plus a bias)", PLANS["scores"])
+    if not _last(topk["dim"], default=True) or (scores.op == "softmax" and not _last(scores["dim"])):
+        return Blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
+    # the top-k values are the unbiased scores (masked experts, -inf or 0 below every kept score, are never chosen)
+    weights = _gathered(scores, indices[0], graph) or (firsts[0] if firsts and bias is None else None)
+    if weights is None and any(graph.uses(first) for first in firsts):
+        return Blocked(topk.node, "MoE router not fused: its weights are the top-k of the biased or masked selection "
+                                  "scores, which no gating kernel returns", PLANS["scores"])
+    router = Router(topk, "softmax", scores.input, topk["k"], weights, indices[0], probs=scores, norm=scores.op,
+                    dim=scores["dim"], dtype=_dtype(scores), bias=bias, groups=groups, experts=experts)
+    if scores.op == "softmax" and groups is None and bias is None:
+        return router
+    router.kind = "grouped"
+    if weights is not None:
+        blocked = _weighting(router, graph)
+        if blocked is not None:
+            return blocked
+    return router
+
+
+def _last(dim: Optional[Value], default: bool = False) -> bool:
+    """The dim is the last one: -1, or 1 (the last of 2-D logits, checked at run time)."""
+    return default if dim is None else number(dim) in (-1, 1)
+
+
+def _biased(selection: Value) -> Tuple[Optional[Value], Optional[Value], Optional[Value]]:
+    """(scores, bias, experts) for softmax/sigmoid ``scores + bias`` (``bias.unsqueeze(0)`` and
+    ``scores.view(-1, E)`` looked through), (scores, None, None) without a bias, else Nones."""
+    if selection.op in ("softmax", "sigmoid"):
+        return selection, None, None
+    if selection.op != "add":
+        return None, None, None
+    for scores, bias in ((selection.input, selection["other"]), (selection["other"], selection.input)):
+        experts = None
+        if scores is not None and scores.op == "reshape" and scores["*rest"] is not None \
+                and len(scores["*rest"].items) == 2 and number(scores["*rest"].items[0]) == -1:
+            scores, experts = scores.input, scores["*rest"].items[1]
+        if bias is not None and bias.op == "unsqueeze" and number(bias["dim"]) == 0:
+            bias = bias.input
+        if bias is not None and bias.op == "cast":
+            bias = bias.input
+        if scores is not None and scores.op in ("softmax", "sigmoid") and not _mentions(bias, scores):
+            return scores, bias, experts
+    return None, None, None
+
+
+def _from_parameter(selection: Value) -> bool:
+    """``scores (+ bias)`` where the scores are the function's parameter (reshaped at most)."""
+    sides = (selection.input, selection["other"]) if selection.op == "add" else (selection,)
+    for side in sides:
+        while side is not None and side.op == "reshape":
+            side = side.input
+        if side is not None and side.op == "param" and side.name != "self":
+            return True
+    return False
+
+
+def _mentions_scores(value: Optional[Value], depth: int = 4) -> bool:
+    """A softmax or sigmoid a few steps below ``value`` (scores transformed before the choice)."""
+    if value is None or depth < 0:
+        return False
+    if value.op in ("softmax", "sigmoid") or (value.op == "act" and depth < 4):
+        return True
+    return any(_mentions_scores(v, depth - 1) for v in (*value.kw.values(), *value.items))
+
+
+def _mentions(value: Optional[Value], target: Value, depth: int = 8) -> bool:
+    if value is None or depth < 0:
+        return False
+    if value is target:
+        return True
+    return any(_mentions(v, target, depth - 1) for v in (*value.kw.values(), *value.items))
+
+
+def _gathered(scores: Value, indices: Value, graph: _Graph) -> Optional[Value]:
+    """``scores.gather(-1, indices)`` (any spelling)."""
+    for use in graph.uses(indices):
+        if use.op == "gather" and use.input is scores and use["index"] is indices and _last(use["dim"]):
+            return use
+    return None
+
+
+def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match]:
+    """``values, experts = topk(logits, k)`` then ``softmax(values)``."""
+    softmaxes = [u for first in firsts for u in graph.uses(first) if u.op == "softmax"]
+    if len(softmaxes) != 1:
+        later = [u for first in firsts for u in _below(first, graph, 3) if u.op in ("softmax", "sigmoid")]
+        if later:  # llama4: the top-k logits scattered back over all experts, then a sigmoid
+            return Blocked(topk.node, f"MoE router not fused: a {later[0].op} computed after the top-k of the raw "
+                                      "logits, in a form no gating kernel computes", PLANS["scores"])
+        return None
+    softmax = softmaxes[0]
+    if not (_last(topk["dim"], default=True) and _last(softmax["dim"])):
+        return Blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
+    return Router(topk, "topk_softmax", topk.input, topk["k"], softmax, indices[0], dim=softmax["dim"],
+                  dtype=_dtype(softmax))
+
+
+def _dtype(softmax: Value) -> Optional[Value]:
+    """The softmax's ``dtype=``, None when it has none or names its input's own (``dtype=x.dtype``)."""
+    dtype = softmax["dtype"]
+    if dtype is not None and dtype.op == "attr" and dtype.name == "dtype" and dtype.input is softmax.input:
+        return None
+    return dtype
+
+
+def _below(value: Value, graph: _Graph, depth: int) -> List[Value]:
+    """The values computed from ``value`` within ``depth`` steps."""
+    found, frontier = [], [value]
+    for _ in range(depth):
+        frontier = [u for v in frontier for u in graph.uses(v)]
+        found += frontier
+    return found
+
+
+def _weighting(router: Router, graph: _Graph) -> Optional[Blocked]:
+    """Extend ``router.weights`` over its renormalisation and scaling, as npu_moe_gating_top_k computes
+    them; a Blocked site when the code's weights differ from every form of the kernel."""
+    weights = router.weights
+    renormed = _renormalised(weights, graph)
+    if renormed is not None:
+        if router.norm == "softmax":  # the kernel leaves softmax weights as they are: the renorm stays after
+            renormed = None
+        else:
+            weights, router.eps, flag = renormed
+            router.renormalised = True
+            router.flags += (flag,) if flag is not None else ()
+    elif router.norm == "sigmoid":
+        return Blocked(router.topk.node, "MoE router not fused: the sigmoid weights are not renormalised right after "
+                                         "they are gathered (npu_moe_gating_top_k renormalises them)", PLANS["renorm"])
+    scaled = [u for u in graph.uses(weights) if u.op == "mul" and _scalar(u, weights)]
+    if len(scaled) == 1 and len(graph.uses(weights)) == 1:
+        weights, router.scale = scaled[0], _scalar(scaled[0], weights)
+    router.weights = weights
+    return None
+
+
+def _scalar(product: Value, weights: Value) -> Optional[Value]:
+    """The other factor of ``weights * c`` when it is a number or an attribute (a scaling factor)."""
+    other = product["other"] if product.input is weights else product.input if product["other"] is weights else None
+    if other is not None and (other.op == "const" or (other.op == "attr" and other.name != "weight")):
+        return other
+    return None
+
+
+def _renormalised(weights: Value, graph: _Graph) -> Optional[Tuple[Value, Optional[Value], Optional[Value]]]:
+    """(renormalised weights, eps, flag) for ``w / (w.sum(-1, keepdim=True) + eps)``, possibly under
+    ``if flag:`` (then the value after the ``if``), else None."""
+    for use in graph.uses(weights):
+        if use.op != "div" or use.input is not weights:
+            continue
+        total, eps = use["other"], None
+        if total is not None and total.op == "add" and total.input is not None and total.input.op == "sum":
+            total, eps = total.input, total["other"]
+        if total is None or total.op != "sum" or total.input is not weights or not _last(total["dim"]):
+            continue
+        if total["keepdim"] is None or number(total["keepdim"]) != 1:
+            continue
+        phis = [u for u in graph.uses(use) if u.op == "phi" and u["then"] is use and u["else"] is weights]
+        if phis:
+            return phis[0], eps, phis[0]["test"]
+        return use, eps, None
+    return None

@@ -1,0 +1,330 @@
+"""NPU340/NPU341: MoE routers → torch_npu's gating kernels, guarded, the original kept as fallback.
+
+Matched on the dataflow view (``router._match``), so a router is found however it is spelled and
+across statements and inlined helpers; the statements that compute it become a guarded region::
+
+    if npu_glue.moe_gating_fits(router_logits, self.top_k, dim=-1):
+        routing_weights, selected_experts, _ = torch_npu.npu_moe_gating_top_k_softmax(router_logits.float(), None, k=self.top_k)
+        selected_experts = selected_experts.long()
+    else:
+        <the original statements>
+
+* softmax → top-k: ``npu_moe_gating_top_k_softmax`` (a renormalisation after it stays after it, on
+  both paths); when the full probabilities are read afterwards (an auxiliary loss) they come from
+  ``npu_moe_gating_top_k_softmax_v2(output_softmax=True)`` instead of being recomputed;
+* top-k → softmax over the k logits: ``npu_moe_gating_top_k_softmax_v2(renorm=1)``;
+* sigmoid (or softmax) scores with a selection bias, group-limited top-k, weights gathered from the
+  unbiased scores, renormalised and scaled (DeepSeek-V3 style): ``npu_moe_gating_top_k``, whose
+  ``norm_out`` replaces the scores when they are read afterwards.
+
+Kernel outputs are made to match the original: indices int32 → int64, weights in the dtype the
+original computed them in (the logits are cast as its softmax ``dtype=`` or ``.float()`` did), the
+scores cast back from float32. The softmax kernels have no backward on a real NPU and the guard keeps
+training on the original code; ``npu_moe_gating_top_k`` is differentiable in x and runs in training
+too unless its scores are returned (``norm_out`` has no gradient). A renormalisation under a flag
+(``if self.norm_topk_prob:``) adds the flag to the guard. Reported (NPU341): expert choice (top-k
+over tokens), scores that are not softmax/sigmoid (+ bias) of the logits, sigmoid weights without
+the kernel's renormalisation, and regions the def-use check refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Union
+
+import libcst as cst
+
+from npu_migrate.migrate.context import HELPER
+from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
+from npu_migrate.migrate.rules.results import Blocked
+from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.view.emit import sited
+from npu_migrate.migrate.view.regions import Slice, operand_code, statement_of
+from npu_migrate.migrate.rules.router._region import TEMP, bound, branching, env_after, named, router_slice, tail_of
+from npu_migrate.migrate.rules.router._match import Router, names_a_router, routers_in
+from npu_migrate.migrate.view.spellings import CAST_METHODS
+from npu_migrate.migrate.view.syntax import code
+from npu_migrate.migrate.rules._table import TORCH_NPU
+from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.opmap import Fallback
+
+REPORT = "NPU341"
+NOTE = "npu-migrate NPU340: fused MoE gating where npu_glue proves it exact, else the original"
+MOVED_PLAN = Fallback("manual", "Keep the original code (it runs on the NPU, unfused), or compute the router "
+                                "logits, k and the other inputs before the router in plain names that its statements "
+                                "do not reassign, then run migrate again.")
+KERNELS = {"softmax": "torch_npu.npu_moe_gating_top_k_softmax", "topk_softmax": "torch_npu.npu_moe_gating_top_k_softmax_v2",
+           "grouped": "torch_npu.npu_moe_gating_top_k"}
+ONLY_ORIGINAL = "is read after the region but only the original branch defines it"
+ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//"}
+
+
+class MoeGating(Rule):
+    declarations = (
+        DiagnosticCode("NPU340", "moe-gating",
+                       "MoE routers (softmax/sigmoid scores, bias, group-limited top-k) → torch_npu MoE gating "
+                       "kernels (guarded)", rewrites=True, example="moe_gating_mixtral"),
+        DiagnosticCode(REPORT, "moe-gating-unfused",
+                       "MoE routers the gating kernels cannot express (reported, not rewritten)",
+                       example="moe_gating_reported"),
+    )
+    triggers = (b"topk",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._done: Set[int] = set()  # top-k nodes already handled (a helper is read alone and where it is inlined)
+        self._blocked: Dict[int, Blocked] = {}  # reported at the end of the file, unless fused at a caller
+
+    def leave_Module(self, node: cst.Module) -> None:
+        parents = self.ctx.tree.parents()
+        for key, match in self._blocked.items():
+            if key not in self._done:
+                self.report(statement_of(match.node, parents), match.reason, fallback=match.fallback, code=REPORT)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self.ctx.is_helper:
+            return
+        names = self.ctx.tree.names(node.body)
+        if not any("topk" in name for name in names):
+            return
+        holder = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(node))))
+        owner = [holder.name.value] if isinstance(holder, cst.ClassDef) else []
+        if not names_a_router(names, [node.name.value, *owner]):
+            return
+        view = self.ctx.view(node)
+        for match in routers_in(view):
+            topk = match.topk if isinstance(match, Router) else None
+            where = topk.node if topk is not None else match.node
+            if where is None or self.ctx.migrated(where) or id(where) in self._done or self._migrated_here(match, view):
+                continue
+            if isinstance(match, Blocked):
+                self._blocked.setdefault(id(where), match)
+                continue
+            self._done.add(id(where))
+            problem = self._fuse(match, view)
+            if problem is not None:
+                anchor = statement_of(where, self.ctx.tree.parents())
+                self.report(anchor, f"MoE router not fused: {problem}", fallback=MOVED_PLAN, code=REPORT)
+
+    def _migrated_here(self, match, view) -> bool:
+        """A router whose values in this function lie in code this tool emitted (a helper it calls,
+        such as a ``get_topk_indices`` method, is outside the guard: its fallback call is not)."""
+        if not isinstance(match, Router):
+            return False
+        values = [match.weights, match.indices, match.probs, *match.values]
+        return any(v is not None and v.node is not None and view.home(v) and self.ctx.migrated(v.node) for v in values)
+
+    # -- one router ------------------------------------------------------------------------------
+    def _fuse(self, r: Router, view) -> Optional[str]:
+        parents = self.ctx.tree.parents()
+        operands = [v for v in (r.logits, r.k, r.bias, r.experts, r.scale, r.eps, r.dim, *r.flags) if v is not None]
+        if r.groups is not None:
+            operands += [v for v in (r.groups.count, r.groups.size, r.groups.k_group, r.groups.top) if v is not None]
+        why = None
+        for with_probs in (False, True):
+            outputs = [v for v in (r.weights, r.indices, r.probs if with_probs else None) if v is not None]
+            piece = router_slice(view, outputs, operands, parents)
+            if isinstance(piece, str):
+                return piece
+            branch = branching(r, piece)
+            if branch is not None and r.probs is not None and not with_probs:
+                # the scores are computed before a branch the rest is in (DeepSeek-V2's topk_method): the
+                # region starts after them inside the branch; the kernel computes them again from the logits
+                piece = router_slice(view, outputs, [*operands, r.probs], parents)
+                branch = branch if isinstance(piece, str) else branching(r, piece)
+            if branch is not None:
+                return branch
+            written = self._code(r, piece, with_probs)
+            if isinstance(written, str):
+                return why or written
+            guard, fused = written
+            returns = fused[-1].text.startswith("return ")
+            edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard),
+                          fused, note=NOTE, hoisted=piece.hoisted, at_entry=True, fallthrough=returns,
+                          unit=self.ctx.indentation(piece.block)[1])
+            if not isinstance(edit, str):
+                self._found(r, piece, edit, with_probs)
+                return None
+            why = edit
+            if ONLY_ORIGINAL not in edit or r.probs is None or with_probs:
+                return edit
+        return why
+
+    def _found(self, r: Router, piece: Slice, edit, with_probs: bool) -> None:
+        k = operand_code(piece, r.k)
+        if r.kind == "softmax":
+            form = "softmax → topk"
+        elif r.kind == "topk_softmax":
+            form = "topk → softmax"
+        else:
+            form = f"{r.norm} scores" + (" + bias" if r.bias is not None else "") + \
+                   (", group-limited topk" if r.groups is not None else " → topk")
+        kernel = KERNELS[r.kind] + ("_v2" if r.kind == "softmax" and with_probs else "")
+        probs = "; the scores come from the kernel" if with_probs else ""
+        training = "inference only; original kept for training" if r.kind != "grouped" or with_probs else \
+            "shapes, groups and bias checked at run time; original kept otherwise"
+        anchor = statement_of(r.topk.node, self.ctx.tree.parents()) if piece.view.home(r.topk) else \
+            piece.block.body[piece.start]
+        self.rewrite(anchor, f"MoE router {form} (k={k}) → {kernel} (guarded: {training}{probs})", target=kernel,
+                     edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
+
+    # -- the guard and the fused statements -----------------------------------------------------------
+    def _code(self, r: Router, piece: Slice, with_probs: bool) -> Union[str, tuple]:
+        """(guard, fused statements) or why they cannot be written."""
+        logits, x = named(piece, r.logits), self._kernel_input(r, piece)
+        k = operand_code(piece, r.k)
+        if logits is None or x is None or k is None:
+            return "the router logits or k are not available as plain expressions where the router starts"
+        end = env_after(piece)
+        names, tail = {}, []  # tail: the region's last statement rewritten around the kernel's weights
+        for role, value in (("weights", r.weights), ("indices", r.indices), ("probs", r.probs if with_probs else None)):
+            if value is not None:
+                names[role] = bound(piece, end, value)
+                if names[role] is None and role == "weights":
+                    names[role], tail = TEMP, tail_of(piece, value, TEMP)
+                if names[role] is None or names[role] == TEMP and not tail:
+                    return f"the router's {role} are not assigned to a name"
+        w, i, p = names.get("weights", "_"), names.get("indices", "_"), names.get("probs", "_")
+        dim = self._text(piece, r.dim) if r.dim is not None else "-1"
+        if dim is None:
+            return "the softmax dim is not available where the router starts"
+        if r.kind == "softmax" and not with_probs:
+            guard = f"{HELPER}.moe_gating_fits({logits}, {k}, dim={dim})"
+            call = f"torch_npu.npu_moe_gating_top_k_softmax({x}, None, k={k})"
+        elif r.kind == "softmax":
+            guard = f"{HELPER}.moe_softmax_v2_fits({logits}, {k}, dim={dim})"
+            call = f"torch_npu.npu_moe_gating_top_k_softmax_v2({x}, k={k}, output_softmax=True)"
+        elif r.kind == "topk_softmax":
+            guard = f"{HELPER}.moe_softmax_v2_fits({logits}, {k}, dim={dim})"
+            call = f"torch_npu.npu_moe_gating_top_k_softmax_v2({x}, k={k}, renorm=1)"
+        else:
+            parts = self._grouped(r, piece, with_probs)
+            if isinstance(parts, str):
+                return parts
+            checks, args = parts
+            dtype = f"{logits}.dtype"
+            if x != logits:  # the kernel sees the logits cast: the bias must fit that dtype
+                dtype = self._dtype_text(piece, r.logits, r.dtype)
+                if dtype is None:
+                    return "the dtype the router's scores are computed in is not a plain name"
+                checks.append(f"dtype={dtype}")
+            # scores + bias promote the bias to the scores' dtype (guarded to be exact): the kernel gets it so
+            args = [f"{a}.to({dtype})" if a.startswith("bias=") else a for a in args]
+            guard = f"{HELPER}.moe_top_k_fits({', '.join([logits, k, *checks])})"
+            call = f"torch_npu.npu_moe_gating_top_k({', '.join([x, k, *args])})"
+        flags = []
+        for flag in r.flags:
+            text = self._text(piece, flag)
+            if text is None:
+                return "the flag of its renormalisation is not available where the router starts"
+            flags.append(text)
+        guard = sited(guard, flags)
+        fused = [f"{w}, {i}, {p} = {call}\n"]
+        fused += [f"{i} = {i}.long()\n"] if i != "_" else []
+        fused += [f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else []
+        return guard, [template(s) for s in fused] + tail
+
+    def _grouped(self, r: Router, piece: Slice, with_probs: bool):
+        checks: List[str] = []
+        args: List[str] = []
+
+        def both(name: str, value, check: bool = True, arg: bool = True) -> bool:
+            if value is None:
+                return True
+            text = self._text(piece, value)
+            if text is None:
+                return False
+            checks.extend([f"{name}={text}"] if check else [])
+            args.extend([f"{name}={text}"] if arg else [])
+            return True
+
+        ok = both("bias", r.bias) and both("experts", r.experts, arg=False)
+        g = r.groups
+        if g is not None:
+            ok = ok and both("k_group", g.k_group) and both("group_count", g.count) \
+                and (number(g.size) == -1 or both("group_size", g.size, arg=False))
+            if g.top is None or number(g.top) in (1, 2):
+                args.append(f"group_select_mode={0 if g.top is None or number(g.top) == 1 else 1}")
+            else:
+                top = self._text(piece, g.top)
+                ok = ok and top is not None
+                checks.append(f"group_top={top}")
+                args.append(f"group_select_mode={top} - 1")
+            if g.fill == "0":
+                checks.append("zero_filled=True")
+        if r.norm == "sigmoid":
+            args.append("norm_type=1")
+        ok = ok and both("routed_scaling_factor", r.scale) and both("eps", r.eps, check=False)
+        if with_probs:
+            checks.append("norm_out=True")
+            args.append("out_flag=True")
+        if not ok:
+            return "an input of the router (bias, groups, scale or eps) is not available where the router starts"
+        return checks, args
+
+    def _text(self, piece: Slice, value) -> Optional[str]:
+        """Source for an input where the guard runs; arithmetic of such inputs (``n_expert // n_group``
+        read in an inlined helper) is written from its parts."""
+        if value.op == "const" and value.node is not None:
+            return atom(code(value.node))
+        text = operand_code(piece, value)
+        if text is None and value.op in ARITHMETIC and value.input is not None and value["other"] is not None:
+            left, right = self._text(piece, value.input), self._text(piece, value["other"])
+            if left is not None and right is not None:
+                return atom(f"{left} {ARITHMETIC[value.op]} {right}")
+        return text
+
+    def _kernel_input(self, r: Router, piece: Slice) -> Optional[str]:
+        """The logits as the original's scores see them: its casts, then the softmax ``dtype=``."""
+        casts = []
+        value = r.logits
+        while value.op == "cast" and operand_code(piece, value) is None:
+            casts.append(value)
+            value = value.input
+        text = operand_code(piece, value)
+        for cast in reversed(casts):
+            suffix = self._cast(piece, cast["dtype"] or cast["other"], cast["other"] is not None)
+            if text is None or suffix is None:
+                return None
+            text += suffix
+        if r.dtype is not None and text is not None:
+            suffix = self._cast(piece, r.dtype, False)
+            text = text + suffix if suffix is not None else None
+        return text
+
+    def _dtype_text(self, piece: Slice, value, softmax_dtype) -> Optional[str]:
+        """The dtype of the kernel's input (the logits after their casts and the softmax's ``dtype=``)."""
+        like = softmax_dtype is None and value.op == "cast" and value["other"] is not None
+        dtype = softmax_dtype if softmax_dtype is not None else value["other"] if like else \
+            value["dtype"] if value.op == "cast" else None
+        if dtype is None:
+            return None
+        if like:
+            other = operand_code(piece, dtype)
+            return f"{other}.dtype" if other is not None else None
+        if dtype.node is not None:
+            return atom(code(dtype.node)) if dtype.op == "name" else operand_code(piece, dtype)
+        return self._spelled(dtype.name)
+
+    def _spelled(self, qualified: Optional[str]) -> Optional[str]:
+        """``torch.float32`` through the module's own import of torch."""
+        for local, qualified_names in self.ctx.names.imports.items():
+            if "torch" in qualified_names and qualified and qualified.startswith("torch."):
+                return local + qualified[len("torch"):]
+        return None
+
+    def _cast(self, piece: Slice, dtype, like: bool) -> Optional[str]:
+        if dtype is None:
+            return None
+        if like:
+            other = operand_code(piece, dtype)
+            return f".type_as({other})" if other is not None else None
+        if dtype.op == "name" and dtype.name in CAST_METHODS.values() and dtype.node is None:
+            method = next(m for m, d in CAST_METHODS.items() if d == dtype.name)
+            return f".{method}()"
+        if dtype.op == "name" and dtype.name in ("torch.float32", "torch.float"):
+            return ".float()"
+        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else atom(code(dtype.node))
+        return f".to({text})" if text is not None else None

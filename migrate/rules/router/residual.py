@@ -1,0 +1,45 @@
+"""The MoE router family's residual detector: top-k over softmax or sigmoid expert scores (or a
+softmax over the top-k logits)."""
+
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+from npu_migrate.migrate.rules._residual import Family, peel, values
+from npu_migrate.migrate.view import Value, View
+
+
+def _weights_discarded(view: View, topk: Value) -> bool:
+    """``_, experts = topk(...)``: only the indices are used (an auxiliary load-balancing loss that
+    counts assignments, not a router that weighs experts)."""
+    parent = view.parents.get(id(topk.node))
+    if isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Tuple):
+        first = parent.targets[0].target.elements[0].value
+        return isinstance(first, cst.Name) and first.value == "_"
+    return False
+
+
+def _router(view: View) -> List[Value]:
+    found = []
+    for value in values(view, "topk"):
+        if _weights_discarded(view, value):
+            continue
+        scores = peel(value.input)
+        if scores is not None and scores.op == "add":  # sigmoid scores plus a bias
+            scores = peel(scores.input) if peel(scores.input).op == "sigmoid" else peel(scores["other"])
+        if scores is not None and scores.op in ("softmax", "sigmoid"):
+            found.append(value)
+    for value in values(view, "softmax"):  # top-k first, softmax over the top-k logits
+        source = peel(value.input)
+        if source is not None and source.op == "item" and peel(source.input) is not None \
+                and peel(source.input).op == "topk":
+            found.append(value)
+    return found
+
+
+FAMILY = Family(
+    "router", frozenset({"NPU340", "NPU341"}), "NPU341", "pattern.router.unrecognised",
+    frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
+)

@@ -1,0 +1,434 @@
+"""A normalised dataflow view of one function, that every fused rule matches on.
+
+``View(func, ...)`` evaluates the function's statements in order into ``Value``s: SSA over its local
+names (a name is followed across statements and re-assignments; an ``if`` without an early exit
+merges its branches into a ``phi``; a name assigned in a loop is opaque after it), every call,
+method and operator spelled as one canonical op with named arguments (``view.spellings``, then the
+normalisations of ``view.normal``), module attributes resolved from the class's ``__init__``
+(``self.act = nn.SiLU()`` makes ``self.act(x)`` a ``silu``), and small helpers of the same module or
+class inlined (``rotate_half(x)``, ``self._norm(x)``, a nested ``def``): their bodies are evaluated
+in place with the call's arguments, so a matcher sees through them.
+
+Each value keeps the expression node it was computed from (``node``) and the view it belongs to,
+so a match maps back to source: the statements of the function that compute it (``statement``),
+and source text for its operands.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from npu_migrate.migrate.defuse import defined
+from npu_migrate.migrate.view.normal import normalise
+from npu_migrate.migrate.view.values import Value
+from npu_migrate.migrate.view.scope import Scope, _params
+from npu_migrate.migrate.view.spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
+from npu_migrate.migrate.tree import children, walk
+
+INLINE_DEPTH = 3
+INLINE_STATEMENTS = 30
+
+
+class View:
+    def __init__(self, func: cst.FunctionDef, scope: Scope, arguments: Optional[Dict[str, Value]] = None,
+                 depth: int = 0, caller: Optional[cst.CSTNode] = None) -> None:
+        self.func, self.scope, self.depth = func, scope, depth
+        self.caller = caller  # the call node that inlined this view, when it is inlined
+        self.values: Dict[int, Value] = {}  # id(expression node) -> its value
+        self.env_before: Dict[int, Dict[str, "Value"]] = {}  # id(statement) -> the bindings where it starts
+        self.returns: List[Value] = []
+        self.env: Dict[str, Value] = {}
+        self.opaque_exit = False  # a return inside a branch or loop: the function is not straight-line
+        self.early: List[Tuple[Value, Value]] = []  # (test, value) of `if test: return value` at the top level
+        for param in _params(func):
+            name = param.name.value
+            given = (arguments or {}).get(name)
+            self.env[name] = given if given is not None else Value("param", name=name, view=self)
+        for star in (func.params.star_arg, func.params.star_kwarg):
+            if isinstance(star, cst.Param):
+                self.env[star.name.value] = Value("param", name=star.name.value, view=self)
+        self.block(func.body.body if isinstance(func.body, cst.IndentedBlock) else ())
+
+    # -- statements -------------------------------------------------------------------------------
+    def block(self, statements: Sequence[cst.BaseStatement], top: bool = True) -> None:
+        for stmt in statements:
+            self.statement(stmt, top)
+
+    def statement(self, stmt: cst.BaseStatement, top: bool = True) -> None:
+        self.env_before[id(stmt)] = dict(self.env)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.small(small, top)
+        elif isinstance(stmt, cst.If) and top and stmt.orelse is None and _ends_in_return(stmt.body):
+            test = self.value(stmt.test)
+            before = dict(self.env)
+            body = _body(stmt.body)
+            self.block(body[:-1], False)
+            returned = body[-1].body[0].value
+            if returned is not None and not self.opaque_exit:
+                self.early.append((test, self.value(returned)))
+            else:
+                self.opaque_exit = True
+            self.env = before  # the branch left the function: after the if, the other path goes on
+        elif isinstance(stmt, cst.If):
+            self.value(stmt.test)
+            before = dict(self.env)
+            self.block(_body(stmt.body), False)
+            then_env, self.env = self.env, dict(before)
+            if isinstance(stmt.orelse, cst.If):
+                self.statement(stmt.orelse, False)
+            elif isinstance(stmt.orelse, cst.Else):
+                self.block(_body(stmt.orelse.body), False)
+            self._merge(stmt.test, then_env, self.env)
+        elif isinstance(stmt, (cst.For, cst.While)):
+            if isinstance(stmt, cst.For):
+                self.value(stmt.iter)
+            assigned = _assigned(stmt)
+            for name in assigned:
+                self.env[name] = Value("opaque", name=name, view=self)  # loop-carried
+            self.block(_body(stmt.body), False)
+            for name in assigned:
+                self.env[name] = Value("opaque", name=name, view=self)
+        elif isinstance(stmt, cst.With):
+            for item in stmt.items:
+                self.value(item.item)
+            self.block(_body(stmt.body), top)
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            assigned = _assigned(stmt)
+            self.block(_body(stmt.body), False)
+            for handler in stmt.handlers:
+                self.block(_body(handler.body), False)
+            for name in assigned:
+                self.env[name] = Value("opaque", name=name, view=self)
+        elif isinstance(stmt, cst.FunctionDef):
+            self.env[stmt.name.value] = Value("function", node=stmt, name=stmt.name.value, view=self)
+        elif isinstance(stmt, cst.ClassDef):
+            self.env[stmt.name.value] = Value("opaque", name=stmt.name.value, view=self)
+
+    def _merge(self, test: cst.BaseExpression, then_env: Dict[str, Value], else_env: Dict[str, Value]) -> None:
+        merged = {}
+        for name in set(then_env) | set(else_env):
+            a, b = then_env.get(name), else_env.get(name)
+            if a is b:
+                merged[name] = a
+            elif a is None or b is None:
+                merged[name] = Value("opaque", name=name, view=self)  # bound on one path only
+            else:
+                merged[name] = Value("phi", {"test": self.value(test), "then": a, "else": b}, view=self)
+        self.env = merged
+
+    def small(self, small: cst.BaseSmallStatement, top: bool) -> None:
+        if isinstance(small, cst.Assign):
+            value = self.value(small.value)
+            for target in small.targets:
+                self.bind(target.target, value)
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            self.bind(small.target, self.value(small.value))
+        elif isinstance(small, cst.AugAssign):
+            op = AUGMENTED.get(type(small.operator))
+            current = self.value(small.target)
+            value = self._make(op, {"input": current, "other": self.value(small.value)}, small) if op else \
+                Value("opaque", node=small, view=self)
+            self.bind(small.target, value)
+        elif isinstance(small, cst.Return):
+            if small.value is not None:
+                self.returns.append(self.value(small.value))
+            if not top:
+                self.opaque_exit = True
+        elif isinstance(small, cst.Expr):
+            value = self.value(small.value)
+            receiver = _in_place_receiver(small.value)
+            if receiver is not None and receiver in self.env:  # x.scatter_(...): x now holds the result
+                old = self.env[receiver]
+                for name, bound in list(self.env.items()):
+                    if bound is old:
+                        self.env[name] = value
+
+    def bind(self, target: cst.BaseExpression, value: Value) -> None:
+        if isinstance(target, cst.Name):
+            self.env[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            starred = False
+            for index, element in enumerate(target.elements):
+                starred = starred or isinstance(element, cst.StarredElement)
+                if starred:  # `*rest` and what follows it: positions unknown
+                    self._opaque_targets(element)
+                    continue
+                literal = value.op == "tuple" and not any(i.op == "unpack" for i in value.items)
+                item = value.items[index] if literal and index < len(value.items) else \
+                    normalise(Value("item", {"input": value}, number=index, view=self))
+                self.bind(element.value, item)
+        else:
+            self.value(target)  # self.x = ..., x[i] = ...: reads only
+
+    def _opaque_targets(self, target: cst.CSTNode) -> None:
+        for node in _walk_names(target):
+            self.env[node] = Value("opaque", name=node, view=self)
+
+    # -- expressions ------------------------------------------------------------------------------
+    def value(self, node: cst.CSTNode) -> Value:
+        found = self.values.get(id(node))
+        if found is None:
+            found = self.values[id(node)] = self._evaluate(node)
+        return found
+
+    def _make(self, op: str, kw: Dict[str, Value], node: cst.CSTNode, **extra) -> Value:
+        return normalise(Value(op, kw, node=node, view=self, **extra))
+
+    def _evaluate(self, node: cst.CSTNode) -> Value:
+        if isinstance(node, cst.Name):
+            bound = self.env.get(node.value)
+            if bound is not None:
+                return bound
+            if node.value in ("True", "False", "None"):
+                return Value("const", node=node, view=self, name=node.value,
+                             number={"True": 1.0, "False": 0.0}.get(node.value))
+            qualified = self.scope.qualify(node)
+            return Value("name" if qualified else "free", node=node, view=self, name=qualified or node.value)
+        if isinstance(node, cst.Ellipsis):
+            return Value("const", node=node, view=self, name="...")
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return Value("const", node=node, view=self, number=float(node.evaluated_value))
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            text = node.evaluated_value
+            return Value("str", node=node, view=self, name=text if isinstance(text, str) else None)
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node)
+        if isinstance(node, cst.Call):
+            return self._call(node)
+        if isinstance(node, cst.BinaryOperation):
+            op = OPERATORS.get(type(node.operator))
+            kw = {"input": self.value(node.left), "other": self.value(node.right)}
+            return self._make(op, kw, node) if op else Value("opaque", kw, node=node, view=self)
+        if isinstance(node, cst.UnaryOperation):
+            inner = self.value(node.expression)
+            if isinstance(node.operator, cst.Minus):
+                if inner.op == "const":
+                    return Value("const", node=node, view=self, number=-inner.number)
+                return self._make("neg", {"input": inner}, node)
+            op = UNARY.get(type(node.operator))
+            return self._make(op, {"input": inner}, node) if op else Value("opaque", {"input": inner}, node=node, view=self)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            items = tuple(Value("unpack", {"input": self.value(e.value)}, view=self)
+                          if isinstance(e, cst.StarredElement) else self.value(e.value) for e in node.elements)
+            return Value("tuple", node=node, view=self, items=items)
+        if isinstance(node, cst.Subscript):
+            return self._subscript(node)
+        if isinstance(node, cst.IfExp):
+            kw = {"test": self.value(node.test), "then": self.value(node.body), "else": self.value(node.orelse)}
+            return Value("phi", kw, node=node, view=self)
+        if isinstance(node, cst.Comparison):
+            kw = {"input": self.value(node.left)}
+            for index, part in enumerate(node.comparisons):
+                kw[f"other{index}"] = self.value(part.comparator)
+            ops = "".join(type(p.operator).__name__ for p in node.comparisons)
+            return Value("compare", kw, node=node, view=self, name=ops)
+        for child in children(node):
+            if isinstance(child, cst.BaseExpression):
+                self.value(child)
+        return Value("opaque", node=node, view=self)
+
+    def _attribute(self, node: cst.Attribute) -> Value:
+        base = self.value(node.value)
+        if base.op == "name" and base.name:  # torch.float32, math.pi, torch.nn.functional
+            return Value("name", node=node, view=self, name=f"{base.name}.{node.attr.value}")
+        if node.attr.value == "mT":
+            return self._make("transposed", {"input": base}, node)
+        return self._make("attr", {"input": base}, node, name=node.attr.value)
+
+    def _subscript(self, node: cst.Subscript) -> Value:
+        base = self.value(node.value)
+        kw = {"input": base}
+        for index, element in enumerate(node.slice):
+            part = element.slice
+            if isinstance(part, cst.Index):
+                kw[f"index{index}"] = self.value(part.value)
+            else:
+                for bound in ("lower", "upper", "step"):
+                    if getattr(part, bound) is not None:
+                        kw[f"{bound}{index}"] = self.value(getattr(part, bound))
+                kw.setdefault(f"slice{index}", Value("slice", view=self))
+        return self._make("getitem", kw, node)
+
+    # -- calls ------------------------------------------------------------------------------------
+    def _arguments(self, call: cst.Call, params: Tuple[str, ...], offset: int = 0) -> Optional[Dict[str, Value]]:
+        """The call's arguments by parameter name (after ``offset`` leading params), or None."""
+        bound: Dict[str, Value] = {}
+        positional = [a for a in call.args if a.keyword is None]
+        names = params[offset:]
+        for index, arg in enumerate(positional):
+            if names and names[-1] == "*rest" and index >= len(names) - 1 and arg.star != "**":
+                rest = bound.setdefault("*rest", Value("tuple", view=self))
+                item = self.value(arg.value)  # `*x.shape[:-1]`: an unpacked item
+                rest.items = (*rest.items, Value("unpack", {"input": item}, view=self) if arg.star else item)
+                continue
+            if arg.star:
+                return None
+            if index >= len(names):
+                return None
+            bound[names[index]] = self.value(arg.value)
+        for arg in call.args:
+            if arg.keyword is not None:
+                if arg.star or (arg.keyword.value not in params and "*rest" not in params):
+                    return None
+                bound[arg.keyword.value] = self.value(arg.value)
+        return bound
+
+    def _call(self, node: cst.Call) -> Value:
+        func = node.func
+        qualified = self.scope.qualify(func) if _dotted(func) else None
+        if qualified in FUNCTIONS:
+            op, params = FUNCTIONS[qualified]
+            kw = self._arguments(node, params)
+            if kw is not None:
+                return self._make(op, kw, node)
+        if qualified is None and isinstance(func, cst.Attribute):
+            receiver = self.value(func.value)
+            method = func.attr.value
+            is_self = receiver.op == "param" and receiver.name in ("self", "cls")  # a module, not a tensor
+            spec = METHODS.get(method) or (METHODS.get(method[:-1]) if _in_place(method) else None)
+            if receiver.op not in ("name", "free") and not is_self and spec is not None:
+                op, params = spec
+                kw = self._arguments(node, params)
+                if kw is not None:
+                    kw["input"] = receiver
+                    if method in CAST_METHODS:
+                        kw["dtype"] = Value("name", name=CAST_METHODS[method], view=self)
+                    return self._make(op, kw, node)
+        callee = self.value(func)
+        args = [self.value(a.value) for a in node.args]
+        inlined = self._inline(node, callee, args)
+        if inlined is not None:
+            return inlined
+        module = self._module_op(callee)
+        if module is not None and len(args) == 1 and node.args[0].keyword is None:
+            op, extra = module
+            return self._make(op, {"input": args[0], "module": callee, **extra}, node)
+        kw = {"callee": callee, **{f"arg{i}": a for i, a in enumerate(args)}}
+        return Value("call", kw, node=node, view=self, name=qualified)
+
+    def _module_op(self, callee: Value) -> Optional[Tuple[str, Dict[str, Value]]]:
+        """``self.act`` set to ``nn.SiLU()`` in ``__init__``: ("silu", {}); a module only known at run
+        time (``ACT2FN[config.hidden_act]``): ("act", {}); else None."""
+        if not (callee.op == "attr" and callee.input is not None and callee.input.op == "param"
+                and callee.input.name == "self"):
+            return None
+        made = self.scope.attributes.get(callee.name)
+        if made is None:
+            return None
+        target = made.func if isinstance(made, cst.Call) else made
+        qualified = self.scope.qualify(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if qualified in MODULES:
+            op = MODULES[qualified][0]
+            extra = {}
+            if op == "softmax" and isinstance(made, cst.Call):
+                dims = [a.value for a in made.args if (a.keyword is None or a.keyword.value == "dim")]
+                dim = _literal(dims[0]) if dims else None
+                if dim is not None:  # a constant of __init__: no node of this function
+                    extra["dim"] = Value("const", view=self, number=dim)
+            return op, extra
+        if isinstance(made, (cst.Subscript, cst.Call)) and not (qualified or "").startswith("torch."):
+            return "act", {}  # ACT2FN[...], get_activation(...): an activation known only at run time
+        return None
+
+    def _inline(self, node: cst.Call, callee: Value, args: List[Value]) -> Optional[Value]:
+        if self.depth >= INLINE_DEPTH or any(a.keyword is not None or a.star for a in node.args):
+            return None
+        func, bound_self = None, []
+        if callee.op == "function":
+            func = callee.node
+        elif callee.op == "free" and callee.name in self.scope.functions:
+            func = self.scope.functions[callee.name]
+        elif callee.op == "attr" and callee.input is not None and callee.input.op == "param" \
+                and callee.input.name == "self" and callee.name in self.scope.methods:
+            func = self.scope.methods[callee.name]
+            bound_self = [] if _decorated(func, "staticmethod") else [callee.input]
+        if func is None or func is self.func or len(_body(func.body)) > INLINE_STATEMENTS:
+            return None
+        params = [p.name.value for p in _params(func)]
+        given = [*bound_self, *args]
+        if len(given) > len(params):
+            return None
+        inner = View(func, self.scope, dict(zip(params, given)), self.depth + 1, caller=node)
+        return inner.result()
+
+    def result(self) -> Optional[Value]:
+        """The one value the function returns (early ``if test: return x`` exits folded into a
+        ``phi``), or None when control flow makes it unclear."""
+        if self.opaque_exit or len(self.returns) != 1:
+            return None
+        value = self.returns[0]
+        for test, early in reversed(self.early):
+            value = Value("phi", {"test": test, "then": early, "else": value}, view=self)
+        return value
+
+    # -- mapping back to source -----------------------------------------------------------------
+    @property
+    def parents(self) -> Dict[int, cst.CSTNode]:
+        return self.scope.parents
+
+    def home(self, value: Value) -> bool:
+        """Whether ``value`` is computed by code of this function (not of an inlined helper)."""
+        return value.view is self and value.node is not None
+
+
+def _literal(node: cst.CSTNode) -> Optional[float]:
+    """The value of an int/float literal, possibly negated."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _literal(node.expression)
+        return None if inner is None else -inner
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    return None
+
+
+def _ends_in_return(suite) -> bool:
+    """The block's last statement is a plain ``return`` and it has no other return."""
+    body = _body(suite)
+    if not body or not isinstance(body[-1], cst.SimpleStatementLine) or len(body[-1].body) != 1 \
+            or not isinstance(body[-1].body[0], cst.Return):
+        return False
+    return sum(isinstance(n, cst.Return) for s in body for n in walk(s)) == 1
+
+
+def _decorated(func: cst.FunctionDef, name: str) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in func.decorators)
+def _in_place(method: str) -> bool:
+    """``scatter_``, ``masked_fill_``: the in-place variant of a method (not a dunder)."""
+    return method.endswith("_") and not method.endswith("__")
+
+
+def _in_place_receiver(node: cst.CSTNode) -> Optional[str]:
+    """``x`` for a statement ``x.<method>_(...)`` that updates the local tensor ``x`` in place."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+            and _in_place(node.func.attr.value):
+        return node.func.value.value
+    return None
+
+
+def _dotted(node: cst.CSTNode) -> bool:
+    """A pure ``a.b.c`` chain (``f().b`` is not: its name is not a qualified name)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _body(suite) -> Sequence[cst.BaseStatement]:
+    return suite.body if isinstance(suite, cst.IndentedBlock) else ()
+
+
+def _walk_names(node: cst.CSTNode) -> List[str]:
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            found.append(current.value)
+        stack.extend(children(current))
+    return found
+
+
+def _assigned(stmt: cst.CSTNode) -> List[str]:
+    """Names assigned anywhere in a compound statement (not in nested functions)."""
+    return sorted(defined([stmt]))

@@ -1,0 +1,69 @@
+"""What a function's dataflow view (``view.build``) resolves names against: the module's functions
+bound once, the enclosing class's methods and the ``self.<attr>`` values its ``__init__`` assigns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import libcst as cst
+
+Qualify = Callable[[cst.CSTNode], Optional[str]]
+
+
+def _params(func: cst.FunctionDef) -> List[cst.Param]:
+    p = func.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def class_attributes(cls: Optional[cst.ClassDef]) -> Dict[str, cst.BaseExpression]:
+    """``self.<attr> = value`` statements at the top level of the class's ``__init__``."""
+    found: Dict[str, cst.BaseExpression] = {}
+    body = cls.body.body if cls is not None and isinstance(cls.body, cst.IndentedBlock) else ()
+    for init in (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
+        for stmt in init.body.body if isinstance(init.body, cst.IndentedBlock) else ():
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                            and target.value.value == "self":
+                        found[target.attr.value] = small.value
+    return found
+
+
+@dataclass
+class Scope:
+    """What a view resolves names against: the module's functions, the enclosing class."""
+
+    qualify: Qualify
+    functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)  # module-level defs, bound once
+    cls: Optional[cst.ClassDef] = None
+    methods: Dict[str, cst.FunctionDef] = field(default_factory=dict)
+    attributes: Dict[str, cst.BaseExpression] = field(default_factory=dict)  # self.<attr> = ... in __init__
+    parents: Dict[int, cst.CSTNode] = field(default_factory=dict)  # the module's parent map
+
+    @classmethod
+    def of(cls_, module: cst.Module, qualify: Qualify, cls: Optional[cst.ClassDef] = None,
+           functions: Optional[Dict[str, cst.FunctionDef]] = None, parents=None) -> "Scope":
+        if functions is None:
+            functions = module_functions(module)
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)} \
+            if cls is not None and isinstance(cls.body, cst.IndentedBlock) else {}
+        return cls_(qualify, functions, cls, methods, class_attributes(cls), parents or {})
+
+
+def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:
+    """Module-level functions whose name is bound once (no reassignment, no second def)."""
+    count: Dict[str, int] = {}
+    found: Dict[str, cst.FunctionDef] = {}
+    for stmt in module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            count[stmt.name.value] = count.get(stmt.name.value, 0) + 1
+            if isinstance(stmt, cst.FunctionDef):
+                found[stmt.name.value] = stmt
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                for target in getattr(small, "targets", ()):
+                    if isinstance(target.target, cst.Name):
+                        count[target.target.value] = count.get(target.target.value, 0) + 1
+    return {name: func for name, func in found.items() if count[name] == 1}

@@ -1,0 +1,286 @@
+"""Shape-only normalisations of the dataflow view (``view.normal`` holds the op normalisations and
+the one ordered list of all of them): parts of the last dim as ``channels``, channel pairs as
+``unflatten``/``flatten``, einops' pair reshapes, and the items of tuple results; and the shape
+readers the matchers share (``equal``, ``peel``, ``last_dim_size``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from npu_migrate.migrate.view.values import Value, derived, number, same_value
+
+
+# -- channels of the last dim (rotary embedding) -------------------------------------------------
+# ``channels(x)`` names a part of x's last dim: ``first_half``/``second_half`` (split at D // 2) or
+# ``even``/``odd`` (channels 0, 2, 4, ... and 1, 3, 5, ...); ``number`` 4 when the spelling reads
+# the last dim only of a 4-D x (``x[:, :, :, ::2]``). ``unflatten(x, -1, (-1, 2))`` is x's channel
+# pairs; ``flatten(y, -2)`` joins them back. Spellings:
+#
+# * ``x[..., :h]``, ``x[..., h:]`` with ``h = x.shape[-1] // 2`` or ``x.size(-1) // 2``,
+#   ``x.chunk(2, dim=-1)``, ``torch.chunk(x, 2, -1)``, ``x.split(h, dim=-1)`` → first/second half
+# * ``x[..., ::2]``, ``x[..., 1::2]``, ``pairs[..., 0]``, ``pairs[..., 1]``, ``pairs.unbind(-1)`` → even/odd
+#   (of ``flatten(pairs, -2)``: a guard checks that pairs' last dim is 2)
+# * ``x.reshape(*x.shape[:-1], -1, 2)``, ``x.view(*x.shape[:-1], h, 2)``, ``x.unflatten(-1, (-1, 2))`` → pairs
+# * ``y.reshape(*y.shape[:-2], -1)``, ``y.flatten(-2)``, ``stack((-odd, even), -1).reshape_as(x)`` → flatten(y, -2)
+
+
+def peel(value):
+    """``value`` with casts and ``same`` looked through (a value of the same shape)."""
+    while value is not None and value.op in ("cast", "same"):
+        value = value.input
+    return value
+
+
+PURE_OPS = {"getitem", "attr", "cast", "same", "unsqueeze", "squeeze", "reshape", "transpose", "transposed",
+            "permute", "size", "ndim", "slice", "const", "str", "tuple", "unpack", "neg", "add", "sub", "mul",
+            "div", "floordiv", "item", "channels", "unflatten", "flatten", "expand", "name", "param", "free"}
+
+
+def equal(a, b, depth: int = 0) -> bool:
+    """Two values that compute the same thing: one value, or the same pure computation of the same
+    values (``q[..., :r]`` written twice)."""
+    if same_value(a, b):
+        return True
+    if a is None or b is None or a.op != b.op or a.op not in PURE_OPS or depth > 12:
+        return False
+    if a.op in ("param", "free", "name"):
+        return False  # same_value said they differ
+    if (a.name, a.number) != (b.name, b.number) or a.kw.keys() != b.kw.keys() or len(a.items) != len(b.items):
+        return False
+    if a.op == "const" and a.node is not None and b.node is not None:
+        return True  # same literal value
+    return all(equal(a.kw[k], b.kw[k], depth + 1) for k in a.kw) and \
+        all(equal(x, y, depth + 1) for x, y in zip(a.items, b.items))
+
+
+def same_shape(a, b) -> bool:
+    return a is not None and b is not None and equal(peel(a), peel(b))
+
+
+def subscript(value):
+    """A ``getitem`` value's elements: ("index", value) or ("slice", lower, upper, step)."""
+    parts = {}
+    for key, item in value.kw.items():
+        if key != "input":
+            stem = key.rstrip("0123456789")
+            parts.setdefault(int(key[len(stem):]), {})[stem] = item
+    return [("index", p["index"]) if "index" in p else ("slice", p.get("lower"), p.get("upper"), p.get("step"))
+            for _, p in sorted(parts.items())]
+
+
+def is_full(part) -> bool:
+    return part[0] == "slice" and part[1:] == (None, None, None)
+
+
+def is_ellipsis(part) -> bool:
+    return part[0] == "index" and part[1].op == "const" and part[1].name == "..."
+
+
+def last_dim_size(value):
+    """The tensor whose last dim's size ``value`` is (``x.shape[-1]``, ``x.size(-1)``), or None."""
+    if value is not None and value.op == "size" and number(value["dim"]) == -1:
+        return value.input
+    if value is not None and value.op == "getitem" and value.input is not None and value.input.op == "attr" \
+            and value.input.name == "shape":
+        parts = subscript(value)
+        if len(parts) == 1 and parts[0][0] == "index" and number(parts[0][1]) == -1:
+            return value.input.input
+    return None
+
+
+def is_half_of(value, x) -> bool:
+    """``value`` is ``x.shape[-1] // 2`` (or ``x.size(-1) // 2``)."""
+    return value is not None and value.op == "floordiv" and number(value["other"]) == 2 and \
+        same_shape(last_dim_size(value.input), x)
+
+
+def pairs_of(value):
+    """The tensor whose channel pairs ``value`` is (``unflatten(x, -1, (-1, 2))``), or None."""
+    if value is None or value.op != "unflatten" or number(value["dim"]) != -1 or value["sizes"] is None:
+        return None
+    sizes = value["sizes"].items
+    if len(sizes) == 2 and number(sizes[1]) == 2 and (number(sizes[0]) == -1 or is_half_of(sizes[0], value.input)):
+        return value.input
+    return None
+
+
+def _channels_value(value, x, part, rank=None, pairs=None):
+    kw = {"input": x} if pairs is None else {"input": x, "pairs": pairs}
+    via = value if value.node is None else None  # an item bound by unpacking: its split's statement computes it
+    return Value("channels", kw, node=value.node, view=value.view, name=part, number=rank, via=via)
+
+
+def _sliced_channels(value):
+    parts = subscript(value)
+    *lead, last = parts
+    if lead and all(is_ellipsis(p) for p in lead) and len(lead) == 1:
+        rank = None
+    elif len(lead) == 3 and all(is_full(p) for p in lead):
+        rank = 4
+    else:
+        return value
+    x = value.input
+    if last[0] == "index" and rank is None and number(last[1]) in (0, 1):  # pairs[..., 0]: pairs' last dim is 2
+        return _channels_value(value, _joined(value, x), ("even", "odd")[int(number(last[1]))], pairs=x)
+    if last[0] != "slice":
+        return value
+    _, lower, upper, step = last
+    if number(step) == 2 and upper is None and (lower is None or number(lower) in (0, 1)):
+        return _channels_value(value, x, "odd" if number(lower) == 1 else "even", rank)
+    if step is None or number(step) == 1:
+        if (lower is None or number(lower) == 0) and is_half_of(upper, x):
+            return _channels_value(value, x, "first_half", rank)
+        if upper is None and is_half_of(lower, x):
+            return _channels_value(value, x, "second_half", rank)
+    return value
+
+
+def _joined(value, pairs):
+    """The tensor whose channel pairs ``pairs`` holds: its ``unflatten`` input, else ``flatten(pairs, -2)``."""
+    if pairs_of(pairs) is not None:
+        return pairs_of(pairs)
+    return Value("flatten", {"input": pairs, "start_dim": Value("const", number=-2, view=value.view)}, view=value.view)
+
+
+def _split_channels(value, source, index):
+    """Item ``index`` of ``x.chunk(2, -1)``, ``x.split(x.shape[-1] // 2, -1)`` or ``pairs.unbind(-1)``."""
+    if source is None or index not in (0, 1) or number(source["dim"]) != -1:
+        return value
+    x = source.input or source["tensor"]
+    if source.op == "chunk" and number(source["chunks"]) == 2:
+        return _channels_value(value, x, ("first_half", "second_half")[index])
+    if source.op == "split" and is_half_of(source["split_size"] or source["split_size_or_sections"], x):
+        return _channels_value(value, x, ("first_half", "second_half")[index])
+    if source.op == "unbind":
+        return _channels_value(value, _joined(value, x), ("even", "odd")[index], pairs=x)
+    return value
+
+
+def channels(value):
+    if value.op == "item":
+        return _split_channels(value, value.input, int(value.number))
+    if value.op == "getitem" and value.input is not None:
+        parts = subscript(value)
+        if len(parts) == 1 and parts[0][0] == "index" and value.input.op in ("chunk", "split", "unbind"):
+            index = number(parts[0][1])
+            return _split_channels(value, value.input, int(index)) if index is not None else value
+        return _sliced_channels(value)
+    return value
+
+
+def _shape_prefix(item, drop: int):
+    """The tensor ``T`` of an unpacked ``*T.shape[:-drop]``, or None."""
+    if item is None or item.op != "unpack" or item.input is None or item.input.op != "getitem":
+        return None
+    shape = item.input.input
+    parts = subscript(item.input)
+    if shape is None or shape.op != "attr" or shape.name != "shape" or len(parts) != 1 or parts[0][0] != "slice":
+        return None
+    _, lower, upper, step = parts[0]
+    return shape.input if lower is None and step is None and number(upper) == -drop else None
+
+
+def _stacked_channels_of(stack):
+    """The tensor whose channels ``stack((±a, ±b), -1)`` stacks, or None."""
+    parts = stack["tensors"].items if stack["tensors"] is not None else ()
+    if number(stack["dim"]) != -1 or len(parts) != 2:
+        return None
+    sources = [(p.input if p.op == "neg" else p) for p in parts]
+    if all(s is not None and s.op == "channels" for s in sources) and equal(sources[0].input, sources[1].input):
+        return sources[0].input
+    return None
+
+
+def reshaped_as(value):
+    """``stack((-odd, even), -1).reshape_as(x)`` (RoFormer) → flatten(..., -2): the stacked pairs of
+    x's channels have x's shape with the last dim split in two."""
+    if value.op == "reshape_as" and value.input is not None and value.input.op == "stack":
+        source = _stacked_channels_of(value.input)
+        if source is not None and same_shape(value["other"], source):
+            return derived(value, "flatten", {"input": value.input,
+                                               "start_dim": Value("const", number=-2, view=value.view)})
+    return value
+
+
+def _pattern_side(text: str):
+    """``"... (d r)"`` → ``["...", ("d", "r")]``: axes, a group of two as a pair; None for other forms."""
+    parts, group = [], None
+    for token in re.findall(r"\.\.\.|\(|\)|\w+", text):
+        if token == "(":
+            if group is not None:
+                return None
+            group = []
+        elif token == ")":
+            if group is None or len(group) != 2:
+                return None
+            parts.append(tuple(group))
+            group = None
+        elif group is not None:
+            group.append(token)
+        else:
+            parts.append(token)
+    return parts if group is None else None
+
+
+def rearranged(value):
+    """einops' ``rearrange(x, "... (d r) -> ... d r", r=2)`` → unflatten(x, -1, (-1, 2)) (channel
+    pairs), and ``rearrange(y, "... d r -> ... (d r)")`` → flatten(y, -2): the reshapes only, the
+    leading axes the same on both sides."""
+    pattern = value["pattern"] if value.op == "rearrange" else None
+    if pattern is None or pattern.op != "str" or "->" not in (pattern.name or ""):
+        return value
+    left, right = (_pattern_side(side) for side in pattern.name.split("->", 1))
+    if not left or not right or any(isinstance(p, tuple) for p in left[:-1] + right[:-1]):
+        return value
+    const = lambda n: Value("const", number=n, view=value.view)  # noqa: E731
+    if isinstance(left[-1], tuple) and left[:-1] == right[:-2] and tuple(right[-2:]) == left[-1] \
+            and number(value[left[-1][1]]) == 2:
+        sizes = Value("tuple", view=value.view, items=(const(-1), const(2)))
+        return derived(value, "unflatten", {"input": value.input, "dim": const(-1), "sizes": sizes})
+    if isinstance(right[-1], tuple) and right[:-1] == left[:-2] and tuple(left[-2:]) == right[-1]:
+        return derived(value, "flatten", {"input": value.input, "start_dim": const(-2)})
+    return value
+
+
+def reshaped_pairs(value):
+    """``x.reshape(*x.shape[:-1], -1, 2)`` → unflatten(x, -1, (-1, 2)); ``y.reshape(*y.shape[:-2], -1)``
+    → flatten(y, -2) (also ``view``, ``torch.reshape(x, (...))``)."""
+    if value.op != "reshape":
+        return value
+    shape = value["*rest"] or value["shape"]
+    items = shape.items if shape is not None else ()
+    x = value.input
+    const = lambda n: Value("const", number=n, view=value.view)  # noqa: E731
+    if len(items) == 3 and same_shape(_shape_prefix(items[0], 1), x) and number(items[2]) == 2 and (
+            number(items[1]) == -1 or is_half_of(items[1], x)):
+        sizes = Value("tuple", view=value.view, items=(const(-1), const(2)))
+        return derived(value, "unflatten", {"input": x, "dim": const(-1), "sizes": sizes})
+    if len(items) == 2 and same_shape(_shape_prefix(items[0], 2), x) and number(items[1]) == -1:
+        return derived(value, "flatten", {"input": x, "start_dim": const(-2)})
+    return value
+#: ops whose result is a tuple of tensors, and the names of the fields of their named tuples
+TUPLES = {"topk": ("values", "indices"), "max": ("values", "indices"), "sort": ("values", "indices"),
+          "chunk": (), "split": (), "unbind": ()}
+
+
+def item(value):
+    """One element of a tuple result, however it is read: ``[i]``, ``.values``/``.indices``, unpacking."""
+    source, index = value.input, None
+    if source is None or source.op not in TUPLES:
+        return value
+    if value.op == "getitem" and set(value.kw) == {"input", "index0"}:
+        index = number(value["index0"])
+    elif value.op == "attr" and value.name in TUPLES[source.op]:
+        index = TUPLES[source.op].index(value.name)
+    elif value.op == "item":
+        index = value.number
+    if index is None or index != int(index) or (index < 0 and source.op != "chunk"):
+        return value
+    if source.op == "max" and index == 0 and source["dim"] is not None:  # t.max(dim).values
+        return Value("amax", {"input": source.input, "dim": source["dim"], **({"keepdim": source["keepdim"]}
+                                                                             if source["keepdim"] else {})},
+                     node=value.node, view=value.view)
+    if value.op == "item":
+        return value
+    return Value("item", {"input": source}, node=value.node, view=value.view, number=index)

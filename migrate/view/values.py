@@ -1,0 +1,58 @@
+"""The values of the dataflow view (``view.build`` makes them, ``view.normal`` canonicalises them):
+one op (``view.ops.Op``) with named arguments, the expression node it was computed from and the
+view whose code that node is in, and the small readers every matcher uses (``number``,
+``same_value``, ``derived``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from npu_migrate.migrate.view.build import View
+
+
+@dataclass(eq=False)
+class Value:
+    op: str
+    kw: Dict[str, "Value"] = field(default_factory=dict)
+    node: Optional[cst.CSTNode] = None  # the expression that computes it (None: made by the view)
+    view: Optional["View"] = None  # whose code ``node`` is in
+    name: Optional[str] = None  # param / free / attr / module names, qualified constants, strings
+    number: Optional[float] = None  # numeric constants
+    items: Tuple["Value", ...] = ()  # tuple and list elements
+    via: Optional["Value"] = None  # what a normalised value was read from (a split's item): walked, not compared
+
+    def __getitem__(self, key: str) -> Optional["Value"]:
+        return self.kw.get(key)
+
+    @property
+    def input(self) -> Optional["Value"]:
+        return self.kw.get("input")
+
+    def is_(self, *ops: str) -> bool:
+        return self.op in ops
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.kw.items())
+        label = self.name if self.name is not None else self.number if self.number is not None else ""
+        return f"{self.op}({label}{', ' if label != '' and inner else ''}{inner})"
+
+
+def number(value) -> Optional[float]:
+    return value.number if value is not None and value.op == "const" else None
+
+
+def same_value(a, b) -> bool:
+    """Two values that are one computation (the same value, or the same name read twice)."""
+    if a is b:
+        return True
+    return (a is not None and b is not None and a.op == b.op and a.op in ("param", "free", "name")
+            and a.name == b.name)
+
+
+def derived(value, op, kw, same_node: bool = True):
+    """``op(kw)`` in place of ``value``; ``same_node``: the value's source denotes the new value too."""
+    return Value(op, kw, node=value.node if same_node else None, view=value.view)
