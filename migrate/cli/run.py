@@ -6,10 +6,8 @@ so ``migrate --help`` stays fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import typer
 from rich.markup import escape
@@ -19,6 +17,7 @@ from npu_migrate.migrate.cli import formats
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
 from npu_migrate.migrate.cli.formats import is_human
+from npu_migrate.migrate.cli.run_options import OutputFormat, RunOptions, UsageError, _exit_code, _load_table, _sarif  # noqa: F401 (OutputFormat: the options' choices, read here)
 from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
 from npu_migrate.migrate.cli.run_writes import _write, _write_reports_and_say, finish_in_place
 from npu_migrate.migrate.console import console, out
@@ -41,51 +40,6 @@ def _parity_json(path: Optional[Path]) -> Optional[dict]:
         return read_json(path, "parity result")
     except ReportDirError as exc:
         raise ConfigError(str(exc)) from exc
-
-
-class OutputFormat(str, Enum):
-    full = "full"
-    concise = "concise"
-    json = "json"
-    json_lines = "json-lines"
-    github = "github"
-    sarif = "sarif"
-
-
-@dataclass
-class RunOptions:
-    """Everything ``migrate run`` does besides its PATH (``migrate demo`` fills one too)."""
-
-    out: Optional[Path] = None
-    in_place: bool = False
-    force: bool = False
-    report_dir: Optional[Path] = None
-    opmap: Sequence[Path] = ()
-    select: Optional[List[str]] = None
-    ignore: Optional[List[str]] = None
-    jobs: Optional[int] = None
-    check: bool = False
-    diff: bool = False
-    statistics: bool = False
-    parity: Optional[dict] = None
-    limits: Limits = field(default_factory=Limits)
-    cache_dir: Optional[Path] = None
-    output_format: str = "full"
-    quiet: bool = False
-    exit_zero: bool = False
-    exclude: Optional[object] = None  # config.Patterns: files not to migrate (copied unchanged)
-    ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
-    stdin_filename: Optional[str] = None
-    cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
-
-    @property
-    def writes_tree(self) -> bool:
-        return not (self.check or self.diff or self.statistics)
-
-    @property
-    def writes_reports(self) -> bool:
-        """A normal run writes its reports; ``--check`` too when ``--report-dir`` asks for them (CI)."""
-        return self.writes_tree or (self.check and self.report_dir is not None)
 
 
 def _split(values: List[str]) -> List[str]:
@@ -165,10 +119,6 @@ def run_command(
         console.print("[red]interrupted:[/red] nothing was written (the run stopped before writing)", soft_wrap=True)
         code = INTERRUPTED
     raise typer.Exit(code)
-
-
-class UsageError(Exception):
-    pass
 
 
 def _config(where: Path, isolated: bool):
@@ -290,15 +240,6 @@ def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup
     return _finish(path, paths, result, options, backup, identity)
 
 
-def _load_table(opmap):
-    from npu_migrate.opmap import load_table
-
-    try:
-        return load_table(opmap)
-    except OSError as exc:
-        raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
-
-
 def _run(root: Path, files, table, options: RunOptions, cache):
     from npu_migrate.migrate.runner import run
 
@@ -345,16 +286,6 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool,
     return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
 
 
-def _sarif(report: dict, result, patch: str) -> str:
-    from npu_migrate.migrate.helpers import is_helper_file
-    from npu_migrate.migrate.outputs import report_sarif
-    from npu_migrate.migrate.outputs.hunks import parse_patch
-
-    diffs = {d.path: d for d in parse_patch(patch, vendored=is_helper_file)}
-    originals = {r.path: r.original for r in result.changed if r.original is not None}
-    return report_sarif.render(report, result.root, diffs, originals)
-
-
 def _cache(options: RunOptions, paths: Paths):
     """The result cache, or None. A cache directory that overlaps PATH, the output or the report
     directory is refused (``--cache-dir``: a configuration error; the default: not used)."""
@@ -377,14 +308,3 @@ def _cache(options: RunOptions, paths: Paths):
         console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
         return None
     return cache
-
-
-def _exit_code(report: dict, result, changes, options: RunOptions) -> int:
-    s = report["summary"]
-    code = exitcodes.FILE_ERRORS if s["files_errored"] else exitcodes.OK
-    if result.written is not None and result.written.failed:
-        code |= exitcodes.FILE_ERRORS
-    if options.check and not options.exit_zero:
-        code |= exitcodes.WOULD_CHANGE if changes else 0
-        code |= exitcodes.UNSUPPORTED if s["sites_reported"] else 0
-    return code

@@ -15,7 +15,7 @@ import typer
 
 from npu_migrate.migrate.cli import formats
 from npu_migrate.migrate.cli.formats import is_human
-from npu_migrate.migrate.cli.run import RunOptions, UsageError, _exit_code, _load_table, _sarif
+from npu_migrate.migrate.cli.run_options import RunOptions, UsageError, _exit_code, _load_table, _sarif
 from npu_migrate.migrate.console import console, out
 
 

@@ -14,7 +14,7 @@ from npu_migrate.migrate.console import console
 from npu_migrate.migrate.lifeline import terminate_as_interrupt
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.cli.run import RunOptions
+    from npu_migrate.migrate.cli.run_options import RunOptions
 
 
 def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict] = None) -> bool:

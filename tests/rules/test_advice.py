@@ -6,7 +6,7 @@ import pytest
 
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.rules import code_enabled, select_rules
-from npu_migrate.migrate.rules.unsupported.advice import Advice
+from npu_migrate.migrate.rules.device.advice import Advice
 from npu_migrate.migrate.rules.unsupported.fused_optimizer import FUSED_OPS, npu_kernels
 from npu_migrate.opmap import load_table
 
