@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Set
 
 from npu_migrate.migrate.view import Value, View
+from npu_migrate.migrate.view.ops import Op
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Family:
     form: Callable[[Value], str]
 
 
-def peel(value: Optional[Value], ops=("cast", "same")) -> Optional[Value]:
+def peel(value: Optional[Value], ops=(Op.CAST, Op.SAME)) -> Optional[Value]:
     while value is not None and value.op in ops:
         value = value.input
     return value

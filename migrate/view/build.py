@@ -26,6 +26,7 @@ from npu_migrate.migrate.view.values import Value
 from npu_migrate.migrate.view.scope import Scope, _params
 from npu_migrate.migrate.view.spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from npu_migrate.migrate.tree import children, walk
+from npu_migrate.migrate.view.ops import Op
 
 INLINE_DEPTH = 3
 INLINE_STATEMENTS = 30
@@ -45,10 +46,10 @@ class View:
         for param in _params(func):
             name = param.name.value
             given = (arguments or {}).get(name)
-            self.env[name] = given if given is not None else Value("param", name=name, view=self)
+            self.env[name] = given if given is not None else Value(Op.PARAM, name=name, view=self)
         for star in (func.params.star_arg, func.params.star_kwarg):
             if isinstance(star, cst.Param):
-                self.env[star.name.value] = Value("param", name=star.name.value, view=self)
+                self.env[star.name.value] = Value(Op.PARAM, name=star.name.value, view=self)
         self.block(func.body.body if isinstance(func.body, cst.IndentedBlock) else ())
 
     # -- statements -------------------------------------------------------------------------------
@@ -87,10 +88,10 @@ class View:
                 self.value(stmt.iter)
             assigned = _assigned(stmt)
             for name in assigned:
-                self.env[name] = Value("opaque", name=name, view=self)  # loop-carried
+                self.env[name] = Value(Op.OPAQUE, name=name, view=self)  # loop-carried
             self.block(_body(stmt.body), False)
             for name in assigned:
-                self.env[name] = Value("opaque", name=name, view=self)
+                self.env[name] = Value(Op.OPAQUE, name=name, view=self)
         elif isinstance(stmt, cst.With):
             for item in stmt.items:
                 self.value(item.item)
@@ -101,11 +102,11 @@ class View:
             for handler in stmt.handlers:
                 self.block(_body(handler.body), False)
             for name in assigned:
-                self.env[name] = Value("opaque", name=name, view=self)
+                self.env[name] = Value(Op.OPAQUE, name=name, view=self)
         elif isinstance(stmt, cst.FunctionDef):
-            self.env[stmt.name.value] = Value("function", node=stmt, name=stmt.name.value, view=self)
+            self.env[stmt.name.value] = Value(Op.FUNCTION, node=stmt, name=stmt.name.value, view=self)
         elif isinstance(stmt, cst.ClassDef):
-            self.env[stmt.name.value] = Value("opaque", name=stmt.name.value, view=self)
+            self.env[stmt.name.value] = Value(Op.OPAQUE, name=stmt.name.value, view=self)
 
     def _merge(self, test: cst.BaseExpression, then_env: Dict[str, Value], else_env: Dict[str, Value]) -> None:
         merged = {}
@@ -114,9 +115,9 @@ class View:
             if a is b:
                 merged[name] = a
             elif a is None or b is None:
-                merged[name] = Value("opaque", name=name, view=self)  # bound on one path only
+                merged[name] = Value(Op.OPAQUE, name=name, view=self)  # bound on one path only
             else:
-                merged[name] = Value("phi", {"test": self.value(test), "then": a, "else": b}, view=self)
+                merged[name] = Value(Op.PHI, {"test": self.value(test), "then": a, "else": b}, view=self)
         self.env = merged
 
     def small(self, small: cst.BaseSmallStatement, top: bool) -> None:
@@ -130,7 +131,7 @@ class View:
             op = AUGMENTED.get(type(small.operator))
             current = self.value(small.target)
             value = self._make(op, {"input": current, "other": self.value(small.value)}, small) if op else \
-                Value("opaque", node=small, view=self)
+                Value(Op.OPAQUE, node=small, view=self)
             self.bind(small.target, value)
         elif isinstance(small, cst.Return):
             if small.value is not None:
@@ -156,16 +157,16 @@ class View:
                 if starred:  # `*rest` and what follows it: positions unknown
                     self._opaque_targets(element)
                     continue
-                literal = value.op == "tuple" and not any(i.op == "unpack" for i in value.items)
+                literal = value.op == Op.TUPLE and not any(i.op == Op.UNPACK for i in value.items)
                 item = value.items[index] if literal and index < len(value.items) else \
-                    normalise(Value("item", {"input": value}, number=index, view=self))
+                    normalise(Value(Op.ITEM, {"input": value}, number=index, view=self))
                 self.bind(element.value, item)
         else:
             self.value(target)  # self.x = ..., x[i] = ...: reads only
 
     def _opaque_targets(self, target: cst.CSTNode) -> None:
         for node in _walk_names(target):
-            self.env[node] = Value("opaque", name=node, view=self)
+            self.env[node] = Value(Op.OPAQUE, name=node, view=self)
 
     # -- expressions ------------------------------------------------------------------------------
     def value(self, node: cst.CSTNode) -> Value:
@@ -183,17 +184,17 @@ class View:
             if bound is not None:
                 return bound
             if node.value in ("True", "False", "None"):
-                return Value("const", node=node, view=self, name=node.value,
+                return Value(Op.CONST, node=node, view=self, name=node.value,
                              number={"True": 1.0, "False": 0.0}.get(node.value))
             qualified = self.scope.qualify(node)
-            return Value("name" if qualified else "free", node=node, view=self, name=qualified or node.value)
+            return Value(Op.NAME if qualified else Op.FREE, node=node, view=self, name=qualified or node.value)
         if isinstance(node, cst.Ellipsis):
-            return Value("const", node=node, view=self, name="...")
+            return Value(Op.CONST, node=node, view=self, name="...")
         if isinstance(node, (cst.Integer, cst.Float)):
-            return Value("const", node=node, view=self, number=float(node.evaluated_value))
+            return Value(Op.CONST, node=node, view=self, number=float(node.evaluated_value))
         if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
             text = node.evaluated_value
-            return Value("str", node=node, view=self, name=text if isinstance(text, str) else None)
+            return Value(Op.STR, node=node, view=self, name=text if isinstance(text, str) else None)
         if isinstance(node, cst.Attribute):
             return self._attribute(node)
         if isinstance(node, cst.Call):
@@ -201,42 +202,42 @@ class View:
         if isinstance(node, cst.BinaryOperation):
             op = OPERATORS.get(type(node.operator))
             kw = {"input": self.value(node.left), "other": self.value(node.right)}
-            return self._make(op, kw, node) if op else Value("opaque", kw, node=node, view=self)
+            return self._make(op, kw, node) if op else Value(Op.OPAQUE, kw, node=node, view=self)
         if isinstance(node, cst.UnaryOperation):
             inner = self.value(node.expression)
             if isinstance(node.operator, cst.Minus):
-                if inner.op == "const":
-                    return Value("const", node=node, view=self, number=-inner.number)
-                return self._make("neg", {"input": inner}, node)
+                if inner.op == Op.CONST:
+                    return Value(Op.CONST, node=node, view=self, number=-inner.number)
+                return self._make(Op.NEG, {"input": inner}, node)
             op = UNARY.get(type(node.operator))
-            return self._make(op, {"input": inner}, node) if op else Value("opaque", {"input": inner}, node=node, view=self)
+            return self._make(op, {"input": inner}, node) if op else Value(Op.OPAQUE, {"input": inner}, node=node, view=self)
         if isinstance(node, (cst.Tuple, cst.List)):
-            items = tuple(Value("unpack", {"input": self.value(e.value)}, view=self)
+            items = tuple(Value(Op.UNPACK, {"input": self.value(e.value)}, view=self)
                           if isinstance(e, cst.StarredElement) else self.value(e.value) for e in node.elements)
-            return Value("tuple", node=node, view=self, items=items)
+            return Value(Op.TUPLE, node=node, view=self, items=items)
         if isinstance(node, cst.Subscript):
             return self._subscript(node)
         if isinstance(node, cst.IfExp):
             kw = {"test": self.value(node.test), "then": self.value(node.body), "else": self.value(node.orelse)}
-            return Value("phi", kw, node=node, view=self)
+            return Value(Op.PHI, kw, node=node, view=self)
         if isinstance(node, cst.Comparison):
             kw = {"input": self.value(node.left)}
             for index, part in enumerate(node.comparisons):
                 kw[f"other{index}"] = self.value(part.comparator)
             ops = "".join(type(p.operator).__name__ for p in node.comparisons)
-            return Value("compare", kw, node=node, view=self, name=ops)
+            return Value(Op.COMPARE, kw, node=node, view=self, name=ops)
         for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.value(child)
-        return Value("opaque", node=node, view=self)
+        return Value(Op.OPAQUE, node=node, view=self)
 
     def _attribute(self, node: cst.Attribute) -> Value:
         base = self.value(node.value)
-        if base.op == "name" and base.name:  # torch.float32, math.pi, torch.nn.functional
-            return Value("name", node=node, view=self, name=f"{base.name}.{node.attr.value}")
+        if base.op == Op.NAME and base.name:  # torch.float32, math.pi, torch.nn.functional
+            return Value(Op.NAME, node=node, view=self, name=f"{base.name}.{node.attr.value}")
         if node.attr.value == "mT":
-            return self._make("transposed", {"input": base}, node)
-        return self._make("attr", {"input": base}, node, name=node.attr.value)
+            return self._make(Op.TRANSPOSED, {"input": base}, node)
+        return self._make(Op.ATTR, {"input": base}, node, name=node.attr.value)
 
     def _subscript(self, node: cst.Subscript) -> Value:
         base = self.value(node.value)
@@ -249,8 +250,8 @@ class View:
                 for bound in ("lower", "upper", "step"):
                     if getattr(part, bound) is not None:
                         kw[f"{bound}{index}"] = self.value(getattr(part, bound))
-                kw.setdefault(f"slice{index}", Value("slice", view=self))
-        return self._make("getitem", kw, node)
+                kw.setdefault(f"slice{index}", Value(Op.SLICE, view=self))
+        return self._make(Op.GETITEM, kw, node)
 
     # -- calls ------------------------------------------------------------------------------------
     def _arguments(self, call: cst.Call, params: Tuple[str, ...], offset: int = 0) -> Optional[Dict[str, Value]]:
@@ -260,9 +261,9 @@ class View:
         names = params[offset:]
         for index, arg in enumerate(positional):
             if names and names[-1] == "*rest" and index >= len(names) - 1 and arg.star != "**":
-                rest = bound.setdefault("*rest", Value("tuple", view=self))
+                rest = bound.setdefault("*rest", Value(Op.TUPLE, view=self))
                 item = self.value(arg.value)  # `*x.shape[:-1]`: an unpacked item
-                rest.items = (*rest.items, Value("unpack", {"input": item}, view=self) if arg.star else item)
+                rest.items = (*rest.items, Value(Op.UNPACK, {"input": item}, view=self) if arg.star else item)
                 continue
             if arg.star:
                 return None
@@ -287,15 +288,15 @@ class View:
         if qualified is None and isinstance(func, cst.Attribute):
             receiver = self.value(func.value)
             method = func.attr.value
-            is_self = receiver.op == "param" and receiver.name in ("self", "cls")  # a module, not a tensor
+            is_self = receiver.op == Op.PARAM and receiver.name in ("self", "cls")  # a module, not a tensor
             spec = METHODS.get(method) or (METHODS.get(method[:-1]) if _in_place(method) else None)
-            if receiver.op not in ("name", "free") and not is_self and spec is not None:
+            if receiver.op not in (Op.NAME, Op.FREE) and not is_self and spec is not None:
                 op, params = spec
                 kw = self._arguments(node, params)
                 if kw is not None:
                     kw["input"] = receiver
                     if method in CAST_METHODS:
-                        kw["dtype"] = Value("name", name=CAST_METHODS[method], view=self)
+                        kw["dtype"] = Value(Op.NAME, name=CAST_METHODS[method], view=self)
                     return self._make(op, kw, node)
         callee = self.value(func)
         args = [self.value(a.value) for a in node.args]
@@ -307,12 +308,12 @@ class View:
             op, extra = module
             return self._make(op, {"input": args[0], "module": callee, **extra}, node)
         kw = {"callee": callee, **{f"arg{i}": a for i, a in enumerate(args)}}
-        return Value("call", kw, node=node, view=self, name=qualified)
+        return Value(Op.CALL, kw, node=node, view=self, name=qualified)
 
     def _module_op(self, callee: Value) -> Optional[Tuple[str, Dict[str, Value]]]:
         """``self.act`` set to ``nn.SiLU()`` in ``__init__``: ("silu", {}); a module only known at run
         time (``ACT2FN[config.hidden_act]``): ("act", {}); else None."""
-        if not (callee.op == "attr" and callee.input is not None and callee.input.op == "param"
+        if not (callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM
                 and callee.input.name == "self"):
             return None
         made = self.scope.attributes.get(callee.name)
@@ -327,7 +328,7 @@ class View:
                 dims = [a.value for a in made.args if (a.keyword is None or a.keyword.value == "dim")]
                 dim = _literal(dims[0]) if dims else None
                 if dim is not None:  # a constant of __init__: no node of this function
-                    extra["dim"] = Value("const", view=self, number=dim)
+                    extra["dim"] = Value(Op.CONST, view=self, number=dim)
             return op, extra
         if isinstance(made, (cst.Subscript, cst.Call)) and not (qualified or "").startswith("torch."):
             return "act", {}  # ACT2FN[...], get_activation(...): an activation known only at run time
@@ -337,11 +338,11 @@ class View:
         if self.depth >= INLINE_DEPTH or any(a.keyword is not None or a.star for a in node.args):
             return None
         func, bound_self = None, []
-        if callee.op == "function":
+        if callee.op == Op.FUNCTION:
             func = callee.node
-        elif callee.op == "free" and callee.name in self.scope.functions:
+        elif callee.op == Op.FREE and callee.name in self.scope.functions:
             func = self.scope.functions[callee.name]
-        elif callee.op == "attr" and callee.input is not None and callee.input.op == "param" \
+        elif callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM \
                 and callee.input.name == "self" and callee.name in self.scope.methods:
             func = self.scope.methods[callee.name]
             bound_self = [] if _decorated(func, "staticmethod") else [callee.input]
@@ -361,7 +362,7 @@ class View:
             return None
         value = self.returns[0]
         for test, early in reversed(self.early):
-            value = Value("phi", {"test": test, "then": early, "else": value}, view=self)
+            value = Value(Op.PHI, {"test": test, "then": early, "else": value}, view=self)
         return value
 
     # -- mapping back to source -----------------------------------------------------------------

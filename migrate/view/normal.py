@@ -28,36 +28,37 @@ import libcst as cst
 
 from npu_migrate.migrate.view import shapes
 from npu_migrate.migrate.view.values import Value, derived, number, same_value
+from npu_migrate.migrate.view.ops import Op
 
 def _look_through(value):
-    return value.input if value.op == "same" and value.input is not None else value
+    return value.input if value.op == Op.SAME and value.input is not None else value
 
 
 def _square(value):
-    if value.op == "mul" and same_value(value.input, value["other"]):
-        return derived(value, "square", {"input": value.input})
-    if value.op == "pow" and number(value["other"] or value["exponent"]) == 2:
-        return derived(value, "square", {"input": value.input})
+    if value.op == Op.MUL and same_value(value.input, value["other"]):
+        return derived(value, Op.SQUARE, {"input": value.input})
+    if value.op == Op.POW and number(value["other"] or value["exponent"]) == 2:
+        return derived(value, Op.SQUARE, {"input": value.input})
     return value
 
 
 def _roots(value):
-    if value.op == "pow":
+    if value.op == Op.POW:
         exponent = number(value["other"] or value["exponent"])
         if exponent == -0.5:
-            return derived(value, "rsqrt", {"input": value.input})
+            return derived(value, Op.RSQRT, {"input": value.input})
         if exponent == 0.5:
-            return derived(value, "sqrt", {"input": value.input})
-    if value.op == "div" and value["other"] is not None and value["other"].op == "sqrt" and number(value.input) == 1:
-        return derived(value, "rsqrt", {"input": value["other"].input})
+            return derived(value, Op.SQRT, {"input": value.input})
+    if value.op == Op.DIV and value["other"] is not None and value["other"].op == Op.SQRT and number(value.input) == 1:
+        return derived(value, Op.RSQRT, {"input": value["other"].input})
     return value
 
 
 def _silu(value):
-    if value.op == "mul":
+    if value.op == Op.MUL:
         for a, b in ((value.input, value["other"]), (value["other"], value.input)):
-            if b is not None and b.op == "sigmoid" and same_value(a, b.input):
-                return derived(value, "silu", {"input": a})
+            if b is not None and b.op == Op.SIGMOID and same_value(a, b.input):
+                return derived(value, Op.SILU, {"input": a})
     return value
 
 
@@ -65,17 +66,17 @@ LAST_TWO = ({-2, -1}, {2, 3})
 
 
 def _transposed(value):
-    if value.op == "transpose":
+    if value.op == Op.TRANSPOSE:
         dims = {number(value["dim0"]), number(value["dim1"])}
         if dims in LAST_TWO:
-            return derived(value, "transposed", {"input": value.input})
-    if value.op == "permute":
+            return derived(value, Op.TRANSPOSED, {"input": value.input})
+    if value.op == Op.PERMUTE:
         dims = value["*rest"] or value["dims"]
         order = [number(item) for item in (dims.items if dims is not None else ())]
         if order == [0, 1, 3, 2]:
-            return derived(value, "transposed", {"input": value.input})
-    if value.op == "t":
-        return derived(value, "transposed", {"input": value.input})
+            return derived(value, Op.TRANSPOSED, {"input": value.input})
+    if value.op == Op.T:
+        return derived(value, Op.TRANSPOSED, {"input": value.input})
     return value
 
 
@@ -83,23 +84,23 @@ def _batched(value):
     """``torch.bmm(a, b)``, ``a.bmm(b)``: a matmul of 3-D operands, named "bmm" to keep that known;
     there ``b.transpose(1, 2)`` and ``b.permute(0, 2, 1)`` swap the last two dims."""
     node = value.node
-    if value.op != "matmul" or value.name is not None or not isinstance(node, cst.Call):
+    if value.op != Op.MATMUL or value.name is not None or not isinstance(node, cst.Call):
         return value
     func = node.func
     if (func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)) != "bmm":
         return value
     other = value["other"]
-    if other is not None and other.op == "transpose" and {number(other["dim0"]), number(other["dim1"])} == {1, 2}:
-        other = derived(other, "transposed", {"input": other.input})
-    elif other is not None and other.op == "permute":
+    if other is not None and other.op == Op.TRANSPOSE and {number(other["dim0"]), number(other["dim1"])} == {1, 2}:
+        other = derived(other, Op.TRANSPOSED, {"input": other.input})
+    elif other is not None and other.op == Op.PERMUTE:
         dims = other["*rest"] or other["dims"]
         if [number(item) for item in (dims.items if dims is not None else ())] == [0, 2, 1]:
-            other = derived(other, "transposed", {"input": other.input})
-    return Value("matmul", {**value.kw, "other": other}, node=node, view=value.view, name="bmm")
+            other = derived(other, Op.TRANSPOSED, {"input": other.input})
+    return Value(Op.MATMUL, {**value.kw, "other": other}, node=node, view=value.view, name="bmm")
 
 
 def _einsum(value):
-    if value.op != "einsum" or value["equation"] is None or value["equation"].op != "str":
+    if value.op != Op.EINSUM or value["equation"] is None or value["equation"].op != Op.STR:
         return value
     operands = value["*rest"].items if value["*rest"] is not None else ()
     equation = (value["equation"].name or "").replace(" ", "")
@@ -115,18 +116,18 @@ def _einsum(value):
     i, j, out = a[-2:], b[-2:], c[-2:]
     left, right = operands
     if i[1] == j[1] and out == i[0] + j[0]:  # ...qd,...kd->...qk: q @ k^T
-        transposed = derived(value, "transposed", {"input": right}, same_node=False)
-        return derived(value, "matmul", {"input": left, "other": transposed})
+        transposed = derived(value, Op.TRANSPOSED, {"input": right}, same_node=False)
+        return derived(value, Op.MATMUL, {"input": left, "other": transposed})
     if i[1] == j[0] and out == i[0] + j[1]:  # ...qk,...kd->...qd: p @ v
-        return derived(value, "matmul", {"input": left, "other": right})
+        return derived(value, Op.MATMUL, {"input": left, "other": right})
     return value
 
 
 def _axis(value):
     """``x.mean(axis=-1)`` (numpy's keyword, which torch accepts) → ``x.mean(dim=-1)``."""
-    if value.op == "mean" and value["axis"] is not None and value["dim"] is None:
+    if value.op == Op.MEAN and value["axis"] is not None and value["dim"] is None:
         kw = {k: v for k, v in value.kw.items() if k != "axis"}
-        return derived(value, "mean", {**kw, "dim": value["axis"]})
+        return derived(value, Op.MEAN, {**kw, "dim": value["axis"]})
     return value
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from npu_migrate.migrate.view.values import number
+from npu_migrate.migrate.view.ops import Op
 
 DEPTH = 24
 #: ops whose result has the rank of their input
@@ -21,8 +22,8 @@ SAME = {"cast", "same", "dropout", "softmax", "transposed", "transpose", "masked
 #: elementwise binary ops: the larger rank of the two operands (a Python number has none)
 BINARY = {"add", "sub", "mul", "div", "pow", "floordiv"}
 #: what a dim size of a shape is written as (a starred shape is none of them)
-SIZES = {"const", "item", "size", "mul", "add", "sub", "floordiv", "div", "neg", "param", "name", "free", "attr",
-         "getitem", "call"}
+SIZES = {Op.CONST, Op.ITEM, Op.SIZE, Op.MUL, Op.ADD, Op.SUB, Op.FLOORDIV, Op.DIV, Op.NEG, Op.PARAM, Op.NAME, Op.FREE, Op.ATTR,
+         Op.GETITEM, Op.CALL}
 
 
 def rank(value, depth: int = 0) -> Optional[int]:
@@ -34,9 +35,9 @@ def rank(value, depth: int = 0) -> Optional[int]:
         return rank(value.input, depth + 1)
     if op in BINARY:
         left, right = rank(value.input, depth + 1), rank(value["other"], depth + 1)
-        if value.input is not None and value.input.op == "const":
+        if value.input is not None and value.input.op == Op.CONST:
             return right
-        if value["other"] is not None and value["other"].op == "const":
+        if value["other"] is not None and value["other"].op == Op.CONST:
             return left
         return max(left, right) if left is not None and right is not None else None
     if op == "matmul":
@@ -67,12 +68,12 @@ def rank(value, depth: int = 0) -> Optional[int]:
 def _shape_length(shape) -> Optional[int]:
     """The length of a shape given as ``view(a, b, c)`` or ``view((a, b, c))``; None for
     ``view(shape)`` or ``view(*shape)`` (a shape held elsewhere)."""
-    if shape is None or shape.op != "tuple":
+    if shape is None or shape.op != Op.TUPLE:
         return None
     items = shape.items
-    if len(items) == 1 and items[0].op in ("tuple", "list"):
+    if len(items) == 1 and items[0].op == Op.TUPLE:  # a list is a tuple in the view
         items = items[0].items
-    elif len(items) == 1 and items[0].op not in ("const", "item", "size", "mul", "add", "sub", "floordiv", "neg"):
+    elif len(items) == 1 and items[0].op not in (Op.CONST, Op.ITEM, Op.SIZE, Op.MUL, Op.ADD, Op.SUB, Op.FLOORDIV, Op.NEG):
         return None  # one name: perhaps a whole shape
     if not items or any(item.op not in SIZES for item in items):
         return None
@@ -81,7 +82,7 @@ def _shape_length(shape) -> Optional[int]:
 
 def _rearranged(pattern) -> Optional[int]:
     """The output rank of an einops pattern (``"b n (h d) -> (b h) n d"``: 3), None with ``...``."""
-    text = pattern.name if pattern is not None and pattern.op == "str" else None
+    text = pattern.name if pattern is not None and pattern.op == Op.STR else None
     if not text or text.count("->") != 1:
         return None
     right = text.split("->")[1]

@@ -20,6 +20,7 @@ from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.view import Value, View
 from npu_migrate.migrate.tree import children as children_nodes
+from npu_migrate.migrate.view.ops import Op
 
 #: methods cheap enough to evaluate twice (guard and kernel call): views, no copies
 VIEW_METHODS = {"transpose", "permute", "view", "unsqueeze", "squeeze", "expand", "expand_as", "unflatten"}
@@ -126,9 +127,9 @@ def _source(piece: Slice, value: Value, env: Dict[str, Value]) -> Optional[str]:
     if named:
         preferred = code(value.node) if isinstance(value.node, cst.Name) else None
         return preferred if preferred in named else sorted(named)[0]
-    if value.op in ("name", "free") and value.name and value.name.split(".")[0] not in env:
+    if value.op in (Op.NAME, Op.FREE) and value.name and value.name.split(".")[0] not in env:
         return code(value.node) if value.node is not None else value.name
-    if value.op == "attr" and value.input is not None and not piece.view.home(value):
+    if value.op == Op.ATTR and value.input is not None and not piece.view.home(value):
         inner = operand_code(piece, value.input, env)
         return f"{inner}.{value.name}" if inner is not None else None
     if piece.view.home(value) and _pure(value.node, piece.view.scope.qualify):

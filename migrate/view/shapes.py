@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from npu_migrate.migrate.view.values import Value, derived, number, same_value
+from npu_migrate.migrate.view.ops import Op
 
 
 # -- channels of the last dim (rotary embedding) -------------------------------------------------
@@ -27,14 +28,14 @@ from npu_migrate.migrate.view.values import Value, derived, number, same_value
 
 def peel(value):
     """``value`` with casts and ``same`` looked through (a value of the same shape)."""
-    while value is not None and value.op in ("cast", "same"):
+    while value is not None and value.op in (Op.CAST, Op.SAME):
         value = value.input
     return value
 
 
-PURE_OPS = {"getitem", "attr", "cast", "same", "unsqueeze", "squeeze", "reshape", "transpose", "transposed",
-            "permute", "size", "ndim", "slice", "const", "str", "tuple", "unpack", "neg", "add", "sub", "mul",
-            "div", "floordiv", "item", "channels", "unflatten", "flatten", "expand", "name", "param", "free"}
+PURE_OPS = {Op.GETITEM, Op.ATTR, Op.CAST, Op.SAME, Op.UNSQUEEZE, Op.SQUEEZE, Op.RESHAPE, Op.TRANSPOSE, Op.TRANSPOSED,
+            Op.PERMUTE, Op.SIZE, Op.NDIM, Op.SLICE, Op.CONST, Op.STR, Op.TUPLE, Op.UNPACK, Op.NEG, Op.ADD, Op.SUB, Op.MUL,
+            Op.DIV, Op.FLOORDIV, Op.ITEM, Op.CHANNELS, Op.UNFLATTEN, Op.FLATTEN, Op.EXPAND, Op.NAME, Op.PARAM, Op.FREE}
 
 
 def equal(a, b, depth: int = 0) -> bool:
@@ -44,11 +45,11 @@ def equal(a, b, depth: int = 0) -> bool:
         return True
     if a is None or b is None or a.op != b.op or a.op not in PURE_OPS or depth > 12:
         return False
-    if a.op in ("param", "free", "name"):
+    if a.op in (Op.PARAM, Op.FREE, Op.NAME):
         return False  # same_value said they differ
     if (a.name, a.number) != (b.name, b.number) or a.kw.keys() != b.kw.keys() or len(a.items) != len(b.items):
         return False
-    if a.op == "const" and a.node is not None and b.node is not None:
+    if a.op == Op.CONST and a.node is not None and b.node is not None:
         return True  # same literal value
     return all(equal(a.kw[k], b.kw[k], depth + 1) for k in a.kw) and \
         all(equal(x, y, depth + 1) for x, y in zip(a.items, b.items))
@@ -74,14 +75,14 @@ def is_full(part) -> bool:
 
 
 def is_ellipsis(part) -> bool:
-    return part[0] == "index" and part[1].op == "const" and part[1].name == "..."
+    return part[0] == "index" and part[1].op == Op.CONST and part[1].name == "..."
 
 
 def last_dim_size(value):
     """The tensor whose last dim's size ``value`` is (``x.shape[-1]``, ``x.size(-1)``), or None."""
-    if value is not None and value.op == "size" and number(value["dim"]) == -1:
+    if value is not None and value.op == Op.SIZE and number(value["dim"]) == -1:
         return value.input
-    if value is not None and value.op == "getitem" and value.input is not None and value.input.op == "attr" \
+    if value is not None and value.op == Op.GETITEM and value.input is not None and value.input.op == Op.ATTR \
             and value.input.name == "shape":
         parts = subscript(value)
         if len(parts) == 1 and parts[0][0] == "index" and number(parts[0][1]) == -1:
@@ -91,13 +92,13 @@ def last_dim_size(value):
 
 def is_half_of(value, x) -> bool:
     """``value`` is ``x.shape[-1] // 2`` (or ``x.size(-1) // 2``)."""
-    return value is not None and value.op == "floordiv" and number(value["other"]) == 2 and \
+    return value is not None and value.op == Op.FLOORDIV and number(value["other"]) == 2 and \
         same_shape(last_dim_size(value.input), x)
 
 
 def pairs_of(value):
     """The tensor whose channel pairs ``value`` is (``unflatten(x, -1, (-1, 2))``), or None."""
-    if value is None or value.op != "unflatten" or number(value["dim"]) != -1 or value["sizes"] is None:
+    if value is None or value.op != Op.UNFLATTEN or number(value["dim"]) != -1 or value["sizes"] is None:
         return None
     sizes = value["sizes"].items
     if len(sizes) == 2 and number(sizes[1]) == 2 and (number(sizes[0]) == -1 or is_half_of(sizes[0], value.input)):
@@ -108,7 +109,7 @@ def pairs_of(value):
 def _channels_value(value, x, part, rank=None, pairs=None):
     kw = {"input": x} if pairs is None else {"input": x, "pairs": pairs}
     via = value if value.node is None else None  # an item bound by unpacking: its split's statement computes it
-    return Value("channels", kw, node=value.node, view=value.view, name=part, number=rank, via=via)
+    return Value(Op.CHANNELS, kw, node=value.node, view=value.view, name=part, number=rank, via=via)
 
 
 def _sliced_channels(value):
@@ -140,7 +141,7 @@ def _joined(value, pairs):
     """The tensor whose channel pairs ``pairs`` holds: its ``unflatten`` input, else ``flatten(pairs, -2)``."""
     if pairs_of(pairs) is not None:
         return pairs_of(pairs)
-    return Value("flatten", {"input": pairs, "start_dim": Value("const", number=-2, view=value.view)}, view=value.view)
+    return Value(Op.FLATTEN, {"input": pairs, "start_dim": Value(Op.CONST, number=-2, view=value.view)}, view=value.view)
 
 
 def _split_channels(value, source, index):
@@ -148,21 +149,21 @@ def _split_channels(value, source, index):
     if source is None or index not in (0, 1) or number(source["dim"]) != -1:
         return value
     x = source.input or source["tensor"]
-    if source.op == "chunk" and number(source["chunks"]) == 2:
+    if source.op == Op.CHUNK and number(source["chunks"]) == 2:
         return _channels_value(value, x, ("first_half", "second_half")[index])
-    if source.op == "split" and is_half_of(source["split_size"] or source["split_size_or_sections"], x):
+    if source.op == Op.SPLIT and is_half_of(source["split_size"] or source["split_size_or_sections"], x):
         return _channels_value(value, x, ("first_half", "second_half")[index])
-    if source.op == "unbind":
+    if source.op == Op.UNBIND:
         return _channels_value(value, _joined(value, x), ("even", "odd")[index], pairs=x)
     return value
 
 
 def channels(value):
-    if value.op == "item":
+    if value.op == Op.ITEM:
         return _split_channels(value, value.input, int(value.number))
-    if value.op == "getitem" and value.input is not None:
+    if value.op == Op.GETITEM and value.input is not None:
         parts = subscript(value)
-        if len(parts) == 1 and parts[0][0] == "index" and value.input.op in ("chunk", "split", "unbind"):
+        if len(parts) == 1 and parts[0][0] == "index" and value.input.op in (Op.CHUNK, Op.SPLIT, Op.UNBIND):
             index = number(parts[0][1])
             return _split_channels(value, value.input, int(index)) if index is not None else value
         return _sliced_channels(value)
@@ -171,11 +172,11 @@ def channels(value):
 
 def _shape_prefix(item, drop: int):
     """The tensor ``T`` of an unpacked ``*T.shape[:-drop]``, or None."""
-    if item is None or item.op != "unpack" or item.input is None or item.input.op != "getitem":
+    if item is None or item.op != Op.UNPACK or item.input is None or item.input.op != Op.GETITEM:
         return None
     shape = item.input.input
     parts = subscript(item.input)
-    if shape is None or shape.op != "attr" or shape.name != "shape" or len(parts) != 1 or parts[0][0] != "slice":
+    if shape is None or shape.op != Op.ATTR or shape.name != "shape" or len(parts) != 1 or parts[0][0] != "slice":
         return None
     _, lower, upper, step = parts[0]
     return shape.input if lower is None and step is None and number(upper) == -drop else None
@@ -186,8 +187,8 @@ def _stacked_channels_of(stack):
     parts = stack["tensors"].items if stack["tensors"] is not None else ()
     if number(stack["dim"]) != -1 or len(parts) != 2:
         return None
-    sources = [(p.input if p.op == "neg" else p) for p in parts]
-    if all(s is not None and s.op == "channels" for s in sources) and equal(sources[0].input, sources[1].input):
+    sources = [(p.input if p.op == Op.NEG else p) for p in parts]
+    if all(s is not None and s.op == Op.CHANNELS for s in sources) and equal(sources[0].input, sources[1].input):
         return sources[0].input
     return None
 
@@ -195,11 +196,11 @@ def _stacked_channels_of(stack):
 def reshaped_as(value):
     """``stack((-odd, even), -1).reshape_as(x)`` (RoFormer) → flatten(..., -2): the stacked pairs of
     x's channels have x's shape with the last dim split in two."""
-    if value.op == "reshape_as" and value.input is not None and value.input.op == "stack":
+    if value.op == Op.RESHAPE_AS and value.input is not None and value.input.op == Op.STACK:
         source = _stacked_channels_of(value.input)
         if source is not None and same_shape(value["other"], source):
-            return derived(value, "flatten", {"input": value.input,
-                                               "start_dim": Value("const", number=-2, view=value.view)})
+            return derived(value, Op.FLATTEN, {"input": value.input,
+                                               "start_dim": Value(Op.CONST, number=-2, view=value.view)})
     return value
 
 
@@ -227,41 +228,42 @@ def rearranged(value):
     """einops' ``rearrange(x, "... (d r) -> ... d r", r=2)`` → unflatten(x, -1, (-1, 2)) (channel
     pairs), and ``rearrange(y, "... d r -> ... (d r)")`` → flatten(y, -2): the reshapes only, the
     leading axes the same on both sides."""
-    pattern = value["pattern"] if value.op == "rearrange" else None
-    if pattern is None or pattern.op != "str" or "->" not in (pattern.name or ""):
+    pattern = value["pattern"] if value.op == Op.REARRANGE else None
+    if pattern is None or pattern.op != Op.STR or "->" not in (pattern.name or ""):
         return value
     left, right = (_pattern_side(side) for side in pattern.name.split("->", 1))
     if not left or not right or any(isinstance(p, tuple) for p in left[:-1] + right[:-1]):
         return value
-    const = lambda n: Value("const", number=n, view=value.view)  # noqa: E731
+    const = lambda n: Value(Op.CONST, number=n, view=value.view)  # noqa: E731
     if isinstance(left[-1], tuple) and left[:-1] == right[:-2] and tuple(right[-2:]) == left[-1] \
             and number(value[left[-1][1]]) == 2:
-        sizes = Value("tuple", view=value.view, items=(const(-1), const(2)))
-        return derived(value, "unflatten", {"input": value.input, "dim": const(-1), "sizes": sizes})
+        sizes = Value(Op.TUPLE, view=value.view, items=(const(-1), const(2)))
+        return derived(value, Op.UNFLATTEN, {"input": value.input, "dim": const(-1), "sizes": sizes})
     if isinstance(right[-1], tuple) and right[:-1] == left[:-2] and tuple(left[-2:]) == right[-1]:
-        return derived(value, "flatten", {"input": value.input, "start_dim": const(-2)})
+        return derived(value, Op.FLATTEN, {"input": value.input, "start_dim": const(-2)})
     return value
 
 
 def reshaped_pairs(value):
     """``x.reshape(*x.shape[:-1], -1, 2)`` → unflatten(x, -1, (-1, 2)); ``y.reshape(*y.shape[:-2], -1)``
     → flatten(y, -2) (also ``view``, ``torch.reshape(x, (...))``)."""
-    if value.op != "reshape":
+    if value.op != Op.RESHAPE:
         return value
     shape = value["*rest"] or value["shape"]
     items = shape.items if shape is not None else ()
     x = value.input
-    const = lambda n: Value("const", number=n, view=value.view)  # noqa: E731
+    const = lambda n: Value(Op.CONST, number=n, view=value.view)  # noqa: E731
     if len(items) == 3 and same_shape(_shape_prefix(items[0], 1), x) and number(items[2]) == 2 and (
             number(items[1]) == -1 or is_half_of(items[1], x)):
-        sizes = Value("tuple", view=value.view, items=(const(-1), const(2)))
-        return derived(value, "unflatten", {"input": x, "dim": const(-1), "sizes": sizes})
+        sizes = Value(Op.TUPLE, view=value.view, items=(const(-1), const(2)))
+        return derived(value, Op.UNFLATTEN, {"input": x, "dim": const(-1), "sizes": sizes})
     if len(items) == 2 and same_shape(_shape_prefix(items[0], 2), x) and number(items[1]) == -1:
-        return derived(value, "flatten", {"input": x, "start_dim": const(-2)})
+        return derived(value, Op.FLATTEN, {"input": x, "start_dim": const(-2)})
     return value
+
+
 #: ops whose result is a tuple of tensors, and the names of the fields of their named tuples
-TUPLES = {"topk": ("values", "indices"), "max": ("values", "indices"), "sort": ("values", "indices"),
-          "chunk": (), "split": (), "unbind": ()}
+TUPLES = {Op.TOPK: ("values", "indices"), Op.MAX: ("values", "indices"), Op.CHUNK: (), Op.SPLIT: (), Op.UNBIND: ()}
 
 
 def item(value):
@@ -269,18 +271,18 @@ def item(value):
     source, index = value.input, None
     if source is None or source.op not in TUPLES:
         return value
-    if value.op == "getitem" and set(value.kw) == {"input", "index0"}:
+    if value.op == Op.GETITEM and set(value.kw) == {"input", "index0"}:
         index = number(value["index0"])
-    elif value.op == "attr" and value.name in TUPLES[source.op]:
+    elif value.op == Op.ATTR and value.name in TUPLES[source.op]:
         index = TUPLES[source.op].index(value.name)
-    elif value.op == "item":
+    elif value.op == Op.ITEM:
         index = value.number
-    if index is None or index != int(index) or (index < 0 and source.op != "chunk"):
+    if index is None or index != int(index) or (index < 0 and source.op != Op.CHUNK):
         return value
-    if source.op == "max" and index == 0 and source["dim"] is not None:  # t.max(dim).values
-        return Value("amax", {"input": source.input, "dim": source["dim"], **({"keepdim": source["keepdim"]}
+    if source.op == Op.MAX and index == 0 and source["dim"] is not None:  # t.max(dim).values
+        return Value(Op.AMAX, {"input": source.input, "dim": source["dim"], **({"keepdim": source["keepdim"]}
                                                                              if source["keepdim"] else {})},
                      node=value.node, view=value.view)
-    if value.op == "item":
+    if value.op == Op.ITEM:
         return value
-    return Value("item", {"input": source}, node=value.node, view=value.view, number=index)
+    return Value(Op.ITEM, {"input": source}, node=value.node, view=value.view, number=index)

@@ -15,6 +15,8 @@ from typing import Dict, Tuple
 
 import libcst as cst
 
+from npu_migrate.migrate.view.ops import BY_TEXT
+
 Spec = Tuple[str, Tuple[str, ...]]
 
 FUNCTIONS: Dict[str, Spec] = {
@@ -164,3 +166,8 @@ AUGMENTED = {
     cst.MultiplyAssign: "mul", cst.DivideAssign: "div", cst.AddAssign: "add", cst.SubtractAssign: "sub",
     cst.MatrixMultiplyAssign: "matmul", cst.PowerAssign: "pow",
 }
+
+_UNDECLARED = sorted({spec[0] for table in (FUNCTIONS, METHODS, MODULES) for spec in table.values()}
+                     .union(OPERATORS.values(), UNARY.values(), AUGMENTED.values()) - set(BY_TEXT))
+if _UNDECLARED:  # a spelling of an op the view does not know: fail at import, where it was written
+    raise ValueError(f"spellings of undeclared ops {_UNDECLARED}: declare them in migrate/view/ops.py")

@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import libcst as cst
 
+from npu_migrate.migrate.view.ops import BY_TEXT, Op
+
 if TYPE_CHECKING:
     from npu_migrate.migrate.view.build import View
 
 
 @dataclass(eq=False)
 class Value:
-    op: str
+    op: Op  # given as a member or its text; an op that is not an ``Op`` is refused here
     kw: Dict[str, "Value"] = field(default_factory=dict)
     node: Optional[cst.CSTNode] = None  # the expression that computes it (None: made by the view)
     view: Optional["View"] = None  # whose code ``node`` is in
@@ -25,6 +27,12 @@ class Value:
     items: Tuple["Value", ...] = ()  # tuple and list elements
     via: Optional["Value"] = None  # what a normalised value was read from (a split's item): walked, not compared
 
+    def __post_init__(self) -> None:
+        op = BY_TEXT.get(self.op)
+        if op is None:
+            raise ValueError(f"unknown op {self.op!r}: declare it in migrate/view/ops.py")
+        self.op = op
+
     def __getitem__(self, key: str) -> Optional["Value"]:
         return self.kw.get(key)
 
@@ -32,7 +40,7 @@ class Value:
     def input(self) -> Optional["Value"]:
         return self.kw.get("input")
 
-    def is_(self, *ops: str) -> bool:
+    def is_(self, *ops: Op) -> bool:
         return self.op in ops
 
     def __repr__(self) -> str:
@@ -42,14 +50,14 @@ class Value:
 
 
 def number(value) -> Optional[float]:
-    return value.number if value is not None and value.op == "const" else None
+    return value.number if value is not None and value.op == Op.CONST else None
 
 
 def same_value(a, b) -> bool:
     """Two values that are one computation (the same value, or the same name read twice)."""
     if a is b:
         return True
-    return (a is not None and b is not None and a.op == b.op and a.op in ("param", "free", "name")
+    return (a is not None and b is not None and a.op == b.op and a.op in (Op.PARAM, Op.FREE, Op.NAME)
             and a.name == b.name)
 
 

@@ -9,6 +9,7 @@ from typing import List
 import libcst as cst
 
 from npu_migrate.migrate.rules.attention._match import match, unmatched_scores
+from npu_migrate.migrate.view.ops import Op
 
 SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax"}
 
@@ -24,14 +25,14 @@ def attention_in(view) -> List[object]:
             if id(value) in seen or not view.home(value):
                 continue
             seen.add(id(value))
-            if value.op == "matmul":
+            if value.op == Op.MATMUL:
                 result, softmax = match(value)
                 if result is not None and not hasattr(result, "out"):
                     result.root = value.node  # where to point when the blocking code is in an inlined helper
                 if result is not None:
                     found.append(result)
                     consumed.add(id(softmax))
-            elif value.op == "softmax":
+            elif value.op == Op.SOFTMAX:
                 softmaxes.append(value)
         multiplied = _multiplied(view)
         for softmax in softmaxes:
@@ -46,13 +47,13 @@ def _multiplied(view) -> set:
     """Ids of the softmax values whose output (cast, dropped out, sliced) feeds a product."""
     found = set()
     for value in view.values.values():
-        if value.op not in ("matmul", "einsum", "mul", "call"):
+        if value.op not in (Op.MATMUL, Op.EINSUM, Op.MUL, Op.CALL):
             continue
         operands = list(value.kw.values()) + [i for v in value.kw.values() for i in v.items]
         for operand in operands:
-            while operand is not None and operand.op in ("cast", "same", "dropout", "getitem", "phi"):
-                operand = operand.input if operand.op != "phi" else operand["else"]
-            if operand is not None and operand.op == "softmax":
+            while operand is not None and operand.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM, Op.PHI):
+                operand = operand.input if operand.op != Op.PHI else operand["else"]
+            if operand is not None and operand.op == Op.SOFTMAX:
                 found.add(id(operand))
     return found
 

@@ -29,6 +29,7 @@ from npu_migrate.migrate.view.values import number
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.view import Value
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 NEGATIVE_INFINITY = ("math.inf", "torch.inf", "numpy.inf", "float.inf")
 UNDERFLOW_PLAN = Fallback("manual", (
@@ -78,7 +79,7 @@ class Attention:
 
 def _peel_casts(value: Value) -> Tuple[Value, List[Value]]:
     casts = []
-    while value is not None and value.op in ("cast", "same"):
+    while value is not None and value.op in (Op.CAST, Op.SAME):
         casts.append(value)
         value = value.input
     return value, casts
@@ -94,20 +95,20 @@ def is_scores(value: Value, depth: int = 12) -> bool:
     for _ in range(depth):
         if value is None:
             return False
-        if value.op == "matmul":
+        if value.op == Op.MATMUL:
             return True
-        if value.op in ("cast", "same", "masked_fill", "tanh", "baddbmm", "einsum", "reshape"):
-            value = value.input if value.op not in ("baddbmm", "einsum") else None
+        if value.op in (Op.CAST, Op.SAME, Op.MASKED_FILL, Op.TANH, Op.BADDBMM, Op.EINSUM, Op.RESHAPE):
+            value = value.input if value.op not in (Op.BADDBMM, Op.EINSUM) else None
             if value is None:
                 return True
             continue
-        if value.op == "where":
+        if value.op == Op.WHERE:
             value = value.input
             continue
-        if value.op == "phi":
+        if value.op == Op.PHI:
             value = value["else"]
             continue
-        if value.op in ("add", "sub", "mul", "div"):
+        if value.op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV):
             left, right = value.input, value["other"]
             value = left if is_scores(left, 4) else right
             continue
@@ -120,25 +121,25 @@ def very_negative(value: Value) -> Optional[bool]:
     (≤ -1e4: a finite fill), None for anything else."""
     if value is None:
         return None
-    if value.op == "neg" and value.input is not None and value.input.op == "name":
+    if value.op == Op.NEG and value.input is not None and value.input.op == Op.NAME:
         return True if value.input.name in NEGATIVE_INFINITY else None
-    if value.op == "neg" and value.input is not None and value.input.op == "call" and value.input.node is not None:
+    if value.op == Op.NEG and value.input is not None and value.input.op == Op.CALL and value.input.node is not None:
         text = code(value.input.node).replace(" ", "").lower()
         return True if text in ('float("inf")', "float('inf')", 'float("infinity")', "float('infinity')") else None
-    if value.op == "const" and value.number is not None:
+    if value.op == Op.CONST and value.number is not None:
         return False if value.number <= -1e4 else None
-    if value.op == "call" and value.name is None and value.node is not None:
+    if value.op == Op.CALL and value.name is None and value.node is not None:
         text = code(value.node).replace(" ", "").lower()
         if text in ('float("-inf")', "float('-inf')", 'float("-infinity")', "float('-infinity')"):
             return True
-    if value.op == "attr" and value.name == "min" and value.input is not None and value.input.op == "call" \
+    if value.op == Op.ATTR and value.name == "min" and value.input is not None and value.input.op == Op.CALL \
             and value.input.name == "torch.finfo":
         return True
-    if value.op == "neg" and value.input is not None and value.input.op == "attr" and value.input.name == "max":
+    if value.op == Op.NEG and value.input is not None and value.input.op == Op.ATTR and value.input.name == "max":
         return True if value.input.input is not None and value.input.input.name == "torch.finfo" else None
-    if value.op in ("tensor", "full") and (value["data"] or value["fill_value"]) is not None:
+    if value.op in (Op.TENSOR, Op.FULL) and (value["data"] or value["fill_value"]) is not None:
         return very_negative(value["data"] or value["fill_value"])
-    if value.op == "cast":
+    if value.op == Op.CAST:
         return very_negative(value.input)
     return None
 
@@ -154,15 +155,15 @@ class _Reader:
         if probs is None or v is None:
             return None
         found = self.found
-        while probs is not None and probs.op in ("cast", "same", "dropout", "mul", "phi", "getitem"):
-            if probs.op == "getitem":  # probs[..., :-1] after a softmax over [scores | sinks]
+        while probs is not None and probs.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.MUL, Op.PHI, Op.GETITEM):
+            if probs.op == Op.GETITEM:  # probs[..., :-1] after a softmax over [scores | sinks]
                 inner = probs.input
-                if inner is not None and inner.op == "softmax" and inner.input is not None and inner.input.op == "cat":
+                if inner is not None and inner.op == Op.SOFTMAX and inner.input is not None and inner.input.op == Op.CAT:
                     found.softmax = inner
                     return Blocked(inner.input.node, "attention sinks (an extra logit column concatenated to the "
                                                      "scores)", SINKS_PLAN)
                 return None
-            if probs.op == "phi":  # if head_mask is not None: probs = probs * head_mask
+            if probs.op == Op.PHI:  # if head_mask is not None: probs = probs * head_mask
                 plain = _optional_head_mask(probs)
                 if plain is None:
                     return None
@@ -170,21 +171,21 @@ class _Reader:
                 found.probabilities.append(probs)
                 probs = plain
                 continue
-            if probs.op == "mul":
+            if probs.op == Op.MUL:
                 left, right = probs.input, probs["other"]
                 if _leads_to_softmax(left) or _leads_to_softmax(right):
                     found.softmax = _softmax_below(left) or _softmax_below(right)
                     return Blocked(probs.node, "the attention probabilities are multiplied by a head mask", HEAD_MASK_PLAN)
                 return None
-            if probs.op == "dropout":
+            if probs.op == Op.DROPOUT:
                 if found.dropout is not None:
                     return None
                 found.dropout = probs
-            elif probs.op == "cast" and _mentions(probs["dtype"] or probs["other"], v):
+            elif probs.op == Op.CAST and _mentions(probs["dtype"] or probs["other"], v):
                 found.value_cast = True
             found.probabilities.append(probs)
             probs = probs.input
-        if probs is None or probs.op != "softmax" or not _softmax_dim_is_last(probs):
+        if probs is None or probs.op != Op.SOFTMAX or not _softmax_dim_is_last(probs):
             return None
         found.softmax = probs  # set before the scores are read: a blocked site consumed it too
         found.probabilities.append(probs)
@@ -248,11 +249,11 @@ class _Reader:
             return Blocked(value.node, "the scores come from 3-D products with the heads merged into the batch, "
                                        "which the rule does not prove to be Q and K^T", MERGED_PLAN)
         q, kt = value.input, value["other"]
-        if kt is None or kt.op != "transposed":
+        if kt is None or kt.op != Op.TRANSPOSED:
             return None
-        if q is not None and q.op == "mul" and found.scale is None:  # (q * scale) @ kᵀ
+        if q is not None and q.op == Op.MUL and found.scale is None:  # (q * scale) @ kᵀ
             left, right = q.input, q["other"]
-            if right is not None and right.op in ("const", "name", "free", "attr", "param", "call", "pow", "div"):
+            if right is not None and right.op in (Op.CONST, Op.NAME, Op.FREE, Op.ATTR, Op.PARAM, Op.CALL, Op.POW, Op.DIV):
                 found.scale, q = right, left
         found.q, found.k = q, kt.input
         found.terms.reverse()  # read from the softmax back: source order is the reverse
@@ -284,7 +285,7 @@ class _Reader:
                 return None
         if any(t.kind == kind for t in self.found.terms):
             return None
-        if mask is not None and mask.op == "expand" and mask["other"] is not None and is_scores(mask["other"]):
+        if mask is not None and mask.op == Op.EXPAND and mask["other"] is not None and is_scores(mask["other"]):
             mask = mask.input  # mask.expand_as(scores): the broadcast the masked op does anyway
         self.found.terms.append(Term(kind, mask))
         return scores
@@ -297,7 +298,7 @@ class _Reader:
             self.found.unless.append(test)
             return other
         for applied, plain in ((then, other), (other, then)):
-            if applied is None or plain is None or applied.op not in ("add", "masked_fill", "where"):
+            if applied is None or plain is None or applied.op not in (Op.ADD, Op.MASKED_FILL, Op.WHERE):
                 continue
             before = len(self.found.terms)
             rest = self._term(applied)
@@ -312,7 +313,7 @@ class _Reader:
 
 def _is_none_test(test: Optional[Value]) -> bool:
     """``X is not None``."""
-    return (test is not None and test.op == "compare" and test.name == "IsNot" and test["other0"] is not None
+    return (test is not None and test.op == Op.COMPARE and test.name == "IsNot" and test["other0"] is not None
             and test["other0"].name == "None")
 
 
@@ -321,10 +322,10 @@ def _soft_caps(capped: Value, scores: Value) -> bool:
     for _ in range(4):
         if capped is None:
             return False
-        if capped.op == "tanh":
+        if capped.op == Op.TANH:
             inner = capped.input
-            return inner is not None and inner.op in ("div", "mul") and inner.input is scores
-        capped = capped.input if capped.op in ("mul", "cast") else None
+            return inner is not None and inner.op in (Op.DIV, Op.MUL) and inner.input is scores
+        capped = capped.input if capped.op in (Op.MUL, Op.CAST) else None
     return False
 
 
@@ -338,7 +339,7 @@ def _label(value: Value) -> Optional[str]:
 def _optional_head_mask(phi: Value) -> Optional[Value]:
     """``phi(X is not None, P * X, P)``: P, else None."""
     test, then, other = phi["test"], phi["then"], phi["else"]
-    if not _is_none_test(test) or then is None or then.op != "mul":
+    if not _is_none_test(test) or then is None or then.op != Op.MUL:
         return None
     if then.input is other and then["other"] is test.input or then["other"] is other and then.input is test.input:
         return other
@@ -346,9 +347,9 @@ def _optional_head_mask(phi: Value) -> Optional[Value]:
 
 
 def _softmax_below(value: Value) -> Optional[Value]:
-    while value is not None and value.op in ("cast", "same", "dropout"):
+    while value is not None and value.op in (Op.CAST, Op.SAME, Op.DROPOUT):
         value = value.input
-    return value if value is not None and value.op == "softmax" else None
+    return value if value is not None and value.op == Op.SOFTMAX else None
 
 
 def _leads_to_softmax(value: Value) -> bool:
@@ -360,7 +361,7 @@ def _mentions(value: Optional[Value], target: Value) -> bool:
     while value is not None:
         if value is target:
             return True
-        value = value.input if value.op in ("attr", "cast", "same") else None
+        value = value.input if value.op in (Op.ATTR, Op.CAST, Op.SAME) else None
     return False
 
 
@@ -370,16 +371,16 @@ def repeated_heads(value: Value) -> Optional[Value]:
     inlined by the view)."""
     if value is None:
         return None
-    if value.op == "repeat_interleave" and number(value["dim"]) == 1:
+    if value.op == Op.REPEAT_INTERLEAVE and number(value["dim"]) == 1:
         return value.input
-    if value.op == "phi":  # repeat_kv's `if n_rep == 1: return x`: x either way
+    if value.op == Op.PHI:  # repeat_kv's `if n_rep == 1: return x`: x either way
         then, other = value["then"], value["else"]
         inner = repeated_heads(other) if then is not None and other is not None else None
         return inner if inner is not None and inner is then else None
-    if value.op == "reshape" and value.input is not None and value.input.op == "expand":
+    if value.op == Op.RESHAPE and value.input is not None and value.input.op == Op.EXPAND:
         inner = value.input.input
-        if inner is not None and inner.op == "getitem" and inner["index2"] is not None \
-                and inner["index2"].op == "const" and inner["index2"].name == "None":
+        if inner is not None and inner.op == Op.GETITEM and inner["index2"] is not None \
+                and inner["index2"].op == Op.CONST and inner["index2"].name == "None":
             return inner.input
     return None
 
@@ -388,11 +389,11 @@ def unmatched_scores(softmax: Value) -> Optional[Blocked]:
     """Why a softmax over attention scores was not fused when no product with V consumed it (the
     form is reported, never left silent), or None when its input is not q·kᵀ scores."""
     scores = softmax.input
-    while scores is not None and scores.op in ("cast", "same", "reshape"):
+    while scores is not None and scores.op in (Op.CAST, Op.SAME, Op.RESHAPE):
         scores = scores.input
     if scores is None:
         return None
-    if scores.op == "einsum":
+    if scores.op == Op.EINSUM:
         return Blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
     if not is_scores(scores) or not has_transposed_product(scores):
@@ -408,8 +409,8 @@ def has_transposed_product(value: Value, depth: int = 12) -> bool:
         if current is None or id(current) in seen or level > depth:
             continue
         seen.add(id(current))
-        if current.op in ("matmul", "baddbmm") and (current["other"] is None or current["other"].op == "transposed"
-                                                    or current.op == "baddbmm"):
+        if current.op in (Op.MATMUL, Op.BADDBMM) and (current["other"] is None or current["other"].op == Op.TRANSPOSED
+                                                    or current.op == Op.BADDBMM):
             return True
         stack.extend((child, level + 1) for child in current.kw.values())
     return False
@@ -417,7 +418,7 @@ def has_transposed_product(value: Value, depth: int = 12) -> bool:
 
 def match(out: Value):
     """(an ``Attention``, a ``Blocked`` or None, the softmax it reached) for the value ``out``."""
-    if out.op != "matmul":
+    if out.op != Op.MATMUL:
         return None, None
     reader = _Reader(out)
     result = reader.read()

@@ -49,6 +49,7 @@ from npu_migrate.migrate.view.values import number
 from npu_migrate.migrate.view.regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules.base import Rule
+from npu_migrate.migrate.view.ops import Op
 
 TARGET = "torch_npu.npu_fusion_attention"
 RECORD = "pattern.attention.eager"  # its op-table record (a status other than fused turns the rule off)
@@ -74,7 +75,7 @@ def _wrap(items: List[str], indent: str, margin: int) -> str:
 
 
 def _parenthesized(text: str, value) -> str:
-    simple = value.op in ("const", "param", "free", "name", "attr", "call", "getitem")
+    simple = value.op in (Op.CONST, Op.PARAM, Op.FREE, Op.NAME, Op.ATTR, Op.CALL, Op.GETITEM)
     return text if simple else f"({text})"
 
 
@@ -83,21 +84,21 @@ def python_number(value, view, depth: int = 0) -> bool:
     parameters annotated ``float``/``int``; arithmetic of those."""
     if value is None or depth > 8:
         return False
-    if value.op == "const":
+    if value.op == Op.CONST:
         return value.number is not None
-    if value.op == "param":
+    if value.op == Op.PARAM:
         param = next((p for p in (*view.func.params.params, *view.func.params.kwonly_params,
                                   *view.func.params.posonly_params) if p.name.value == value.name), None)
         return param is not None and param.annotation is not None and code(param.annotation.annotation) in NUMBER_ANNOTATIONS
-    if value.op in ("size", "ndim"):
+    if value.op in (Op.SIZE, Op.NDIM):
         return True
-    if value.op == "call" and (value.name or "").startswith("math."):
+    if value.op == Op.CALL and (value.name or "").startswith("math."):
         return True
-    if value.op == "getitem" and value.input is not None and value.input.op == "attr" and value.input.name == "shape":
+    if value.op == Op.GETITEM and value.input is not None and value.input.op == Op.ATTR and value.input.name == "shape":
         return True
-    if value.op in ("add", "sub", "mul", "div", "pow", "floordiv"):
+    if value.op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.FLOORDIV):
         return python_number(value.input, view, depth + 1) and python_number(value["other"], view, depth + 1)
-    if value.op == "neg":
+    if value.op == Op.NEG:
         return python_number(value.input, view, depth + 1)
     return False
 
@@ -265,11 +266,11 @@ class EagerAttention(FunctionRule, Rule):
         value = term.value
         if term.condition is not None:
             return None
-        if term.kind == "masked" and value.op == "compare" and value.name == "Equal" and number(value["other0"]) == 0:
+        if term.kind == "masked" and value.op == Op.COMPARE and value.name == "Equal" and number(value["other0"]) == 0:
             value = value.input
         elif term.kind != "keep":
             return None
-        while value is not None and value.op in ("cast", "same"):
+        while value is not None and value.op in (Op.CAST, Op.SAME):
             value = value.input
         if value is None or value.node is None or not isinstance(value.node, cst.Subscript):
             return None

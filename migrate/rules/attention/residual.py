@@ -11,13 +11,14 @@ from npu_migrate.migrate.rules.attention._match import has_transposed_product, i
 from npu_migrate.migrate.tree import walk
 from npu_migrate.migrate.rules._residual import Family, peel, values
 from npu_migrate.migrate.view import Value, View
+from npu_migrate.migrate.view.ops import Op
 
 
 def _attention(view: View) -> List[Value]:
     found = []
-    for value in values(view, "softmax"):
-        scores = peel(value.input, ("cast", "same", "reshape"))
-        if scores is not None and (scores.op == "einsum" or (is_scores(scores) and has_transposed_product(scores))):
+    for value in values(view, Op.SOFTMAX):
+        scores = peel(value.input, (Op.CAST, Op.SAME, Op.RESHAPE))
+        if scores is not None and (scores.op == Op.EINSUM or (is_scores(scores) and has_transposed_product(scores))):
             if _feeds_product(view, value):
                 found.append(value)
     return found + _attribute_softmax(view)
@@ -31,9 +32,9 @@ def _attribute_softmax(view: View) -> List[Value]:
     if cls is None:
         return []
     found = []
-    for value in values(view, "call"):
+    for value in values(view, Op.CALL):
         callee = value["callee"]
-        if callee is None or callee.op != "attr" or callee.input is None or callee.input.op != "param" \
+        if callee is None or callee.op != Op.ATTR or callee.input is None or callee.input.op != Op.PARAM \
                 or callee.input.name != "self" or not _assigns_softmax(cls, callee.name):
             continue
         scores = value["arg0"]
@@ -70,9 +71,9 @@ def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
 
 def _feeds_product(view: View, softmax: Value) -> bool:
     for value in view.values.values():
-        if value.op in ("matmul", "einsum", "call", "mul"):
+        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL, Op.MUL):
             for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
-                if peel(operand, ("cast", "same", "dropout", "getitem")) is softmax:
+                if peel(operand, (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM)) is softmax:
                     return True
     return False
 
@@ -80,5 +81,5 @@ def _feeds_product(view: View, softmax: Value) -> bool:
 FAMILY = Family(
     "attention", frozenset({"NPU301", "NPU302", "NPU303", "NPU106", "NPU107"}), "NPU303",
     "pattern.attention.unrecognised", frozenset({"softmax", "Softmax", "einsum"}), _attention,
-    lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == "call" else "softmax over q·kᵀ scores",
+    lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == Op.CALL else "softmax over q·kᵀ scores",
 )

@@ -18,9 +18,10 @@ from npu_migrate.migrate.rules.results import Blocked
 from npu_migrate.migrate.view.values import number, same_value
 from npu_migrate.migrate.view import Value, View
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 #: the view's ops for activations, and the kind each is
-ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "act": "runtime", "relu": "relu"}  # (sigmoid gates: not GLUs)
+ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.ACT: "runtime", Op.RELU: "relu"}  # (sigmoid gates: not GLUs)
 #: ops that project a tensor with a weight that is not a module attribute
 TENSOR_PROJECTIONS = ("linear", "matmul", "einsum")
 
@@ -71,7 +72,7 @@ def gated_in(view: View) -> List[Match]:
     if found is None:
         found, seen = [], set()
         for value in list(view.values.values()):
-            if value.op == "mul" and view.home(value) and id(value) not in seen:
+            if value.op == Op.MUL and view.home(value) and id(value) not in seen:
                 seen.add(id(value))
                 match = _product(value)
                 if match is not None:
@@ -86,9 +87,9 @@ def activation(value: Value) -> Optional[Tuple[str, Value]]:
     kind = ACTIVATIONS.get(value.op)
     if kind is not None and value.input is not None:
         return kind, value.input
-    if value.op == "call" and set(value.kw) == {"callee", "arg0"}:
+    if value.op == Op.CALL and set(value.kw) == {"callee", "arg0"}:
         callee = value["callee"]
-        if _self_attribute(callee) or callee.op == "param":
+        if _self_attribute(callee) or callee.op == Op.PARAM:
             return "runtime", value["arg0"]
     return None
 
@@ -99,7 +100,7 @@ def _product(product: Value) -> Optional[Match]:
         if found is None:
             continue
         kind, gate = found
-        if gate.op == "clamp" or up.op == "clamp":  # gpt-oss/DeepSeek-V4 style limits on gate and up
+        if gate.op == Op.CLAMP or up.op == Op.CLAMP:  # gpt-oss/DeepSeek-V4 style limits on gate and up
             clamped = _halves(product, act_value, kind, _unclamped(gate), _unclamped(up)) or \
                 _projections(product, act_value, kind, _unclamped(gate), _unclamped(up))
             if clamped is not None:
@@ -118,13 +119,13 @@ def _product(product: Value) -> Optional[Match]:
 
 
 def _unclamped(value: Value) -> Value:
-    return value.input if value.op == "clamp" and value.input is not None else value
+    return value.input if value.op == Op.CLAMP and value.input is not None else value
 
 
 # -- the two halves of one projection ---------------------------------------------------------------
 def _halves(product, act_value, kind, gate, up) -> Optional[Match]:
     cast = None
-    if gate.op == "cast" and up.op == "cast" and _same_dtype(gate, up):
+    if gate.op == Op.CAST and up.op == Op.CAST and _same_dtype(gate, up):
         cast, gate, up = gate, gate.input, up.input
     g, u = _half(gate), _half(up)
     if g is None or u is None or g[0] is not u[0] or {g[1], u[1]} != {0, 1}:
@@ -140,9 +141,9 @@ def _halves(product, act_value, kind, gate, up) -> Optional[Match]:
 def _half(value: Value) -> Optional[Tuple[Value, int, bool]]:
     """(the split tensor, 0 or 1, split along the last dim) for a half of ``t.chunk(2, dim)`` (also
     as the view's ``channels`` of the last dim: ``first_half``/``second_half``)."""
-    if value.op == "channels" and value.name in ("first_half", "second_half") and value.number is None:
+    if value.op == Op.CHANNELS and value.name in ("first_half", "second_half") and value.number is None:
         return value.input, ("first_half", "second_half").index(value.name), True
-    if value.op == "item" and value.input is not None and value.input.op == "chunk" \
+    if value.op == Op.ITEM and value.input is not None and value.input.op == Op.CHUNK \
             and number(value.input["chunks"]) == 2:
         return value.input.input, int(value.number) % 2, number(value.input["dim"]) == -1
     return None
@@ -152,7 +153,7 @@ def _same_dtype(a: Value, b: Value) -> bool:
     da, db = a["dtype"], b["dtype"]
     if da is None or db is None:
         return False
-    if da.op == "name" and db.op == "name":
+    if da.op == Op.NAME and db.op == Op.NAME:
         return da.name == db.name
     return same_value(da, db)
 
@@ -179,9 +180,9 @@ def _projections(product, act_value, kind, gate, up) -> Optional[Match]:
 def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], str]:
     """(einsum equation or None for matmul, weight axis of the output's last dim) for stacking the
     gate and up weights so that one product gives [gate | up], or why they cannot be stacked."""
-    if projection.op == "matmul":
+    if projection.op == Op.MATMUL:
         return None, -1
-    if projection.op == "linear":  # x @ w.T: the output's last dim is the weight's first
+    if projection.op == Op.LINEAR:  # x @ w.T: the output's last dim is the weight's first
         return ("...k,nk->...n", 0) if projection["bias"] is None else "F.linear projections with biases"
     equation = (projection["equation"].name or "").replace(" ", "") if projection["equation"] is not None else ""
     if equation.count("->") != 1 or equation.count(",") != 1:
@@ -198,32 +199,32 @@ def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], str]:
 def _projection(value: Value) -> Optional[Tuple[Optional[Value], Value]]:
     """(module, input) for ``self.proj(x)`` (an attribute called on one tensor), (None, input) for a
     projection by a weight (``F.linear(x, w)``, ``x @ w``, ``einsum("...d,df->...f", x, w)``)."""
-    if value.op in ("linear", "act") and value["module"] is not None:  # act: a module known at run time
+    if value.op in (Op.LINEAR, Op.ACT) and value["module"] is not None:  # act: a module known at run time
         return value["module"], value.input
-    if value.op == "call" and set(value.kw) == {"callee", "arg0"} and _self_attribute(value["callee"]):
+    if value.op == Op.CALL and set(value.kw) == {"callee", "arg0"} and _self_attribute(value["callee"]):
         return value["callee"], value["arg0"]
-    if value.op in ("linear", "matmul") and value.input is not None:
+    if value.op in (Op.LINEAR, Op.MATMUL) and value.input is not None:
         return None, value.input
-    if value.op == "einsum" and value["*rest"] is not None and len(value["*rest"].items) == 2:
+    if value.op == Op.EINSUM and value["*rest"] is not None and len(value["*rest"].items) == 2:
         return None, value["*rest"].items[0]
     return None
 
 
 def _weight(value: Value) -> Optional[Value]:
-    if value.op == "einsum":
+    if value.op == Op.EINSUM:
         return value["*rest"].items[1]
-    return value["weight"] if value.op == "linear" else value["other"]
+    return value["weight"] if value.op == Op.LINEAR else value["other"]
 
 
 def _same_weight(a: Value, b: Value) -> bool:
     wa, wb = _weight(a), _weight(b)
     if wa is None or wb is None:
         return True
-    if a.op == "einsum" and (a["equation"] is None or b["equation"] is None or a["equation"].name != b["equation"].name):
+    if a.op == Op.EINSUM and (a["equation"] is None or b["equation"] is None or a["equation"].name != b["equation"].name):
         return True  # two different contractions: not the two halves of one MLP
-    return same_value(wa, wb) or (wa.op == wb.op == "attr" and wa.name == wb.name and same_value(wa.input, wb.input))
+    return same_value(wa, wb) or (wa.op == wb.op == Op.ATTR and wa.name == wb.name and same_value(wa.input, wb.input))
 
 
 def _self_attribute(value: Optional[Value]) -> bool:
-    return (value is not None and value.op == "attr" and value.input is not None and value.input.op == "param"
+    return (value is not None and value.op == Op.ATTR and value.input is not None and value.input.op == Op.PARAM
             and value.input.name == "self")

@@ -6,19 +6,20 @@ from typing import List, Optional
 
 from npu_migrate.migrate.rules._residual import Family, peel, values
 from npu_migrate.migrate.view import Value, View
+from npu_migrate.migrate.view.ops import Op
 
-PROJECTIONS = ("linear", "matmul", "call", "item", "getitem")
-ACTIVATIONS = ("silu", "gelu", "act")
+PROJECTIONS = (Op.LINEAR, Op.MATMUL, Op.CALL, Op.ITEM, Op.GETITEM)
+ACTIVATIONS = (Op.SILU, Op.GELU, Op.ACT)
 
 
 def _is_projection(value: Optional[Value]) -> bool:
-    value = peel(value, ("cast", "same", "channels"))  # a half or the even channels of a projection too
+    value = peel(value, (Op.CAST, Op.SAME, Op.CHANNELS))  # a half or the even channels of a projection too
     return value is not None and value.op in PROJECTIONS
 
 
 def _gated_mlp(view: View) -> List[Value]:
     found = []
-    for value in values(view, "mul"):
+    for value in values(view, Op.MUL):
         for act, other in ((value.input, value["other"]), (value["other"], value.input)):
             act = peel(act)
             if act is not None and act.op in ACTIVATIONS and _is_projection(act.input) and _is_projection(other):

@@ -41,6 +41,7 @@ from npu_migrate.migrate.rules.mlp._match import Gated, gated_in
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 REPORT = "NPU331"
 HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
@@ -162,7 +163,7 @@ class SwiGlu(Rule):
         """The activation: a value whose code is the callable, "None" for ``F.gelu`` (the helper takes
         its approximation instead), or None when it has no source."""
         act = m.act
-        if act.op == "call":
+        if act.op == Op.CALL:
             return act["callee"]
         if act["module"] is not None:
             return act["module"]
@@ -189,7 +190,7 @@ class SwiGlu(Rule):
         if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
             return None
         dtype = cast["dtype"]
-        if node.args and not (dtype is not None and dtype.op == "name"):
+        if node.args and not (dtype is not None and dtype.op == Op.NAME):
             return None
         return code(node.func.attr) + "(" + ", ".join(code(a) for a in node.args) + ")"
 
@@ -437,7 +438,7 @@ def _operand(view, value, block, feeders, here, product, parents, moved=()) -> O
     named = sorted(n for n, bound in here.items() if bound is value)
     if named:
         return named[0], None
-    if value.op == "attr" and value.input is not None and value.input.op == "param" and node is not None:
+    if value.op == Op.ATTR and value.input is not None and value.input.op == Op.PARAM and node is not None:
         return atom(code(node)), None
     return None
 

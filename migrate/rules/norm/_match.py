@@ -30,13 +30,14 @@ from npu_migrate.migrate.view.shapes import equal
 from npu_migrate.migrate.view.regions import interior
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.view import Value
+from npu_migrate.migrate.view.ops import Op
 
 FLOAT32 = ("torch.float32", "torch.float")
 HALVES = ("torch.float16", "torch.half")
 GENERIC = "not of the form x * rsqrt(mean(x**2, -1, keepdim=True) + eps) * weight"
 BRANCHES = "the norm is not straight-line code (branches, loops or side effects)"
 NEVER_CAST_BACK = "x is normalised in float32 and never cast back, but the fused kernel returns x's dtype"
-WEIGHT_OPS = ("param", "attr", "free", "name", "getitem", "cast", "same", "phi", "add")
+WEIGHT_OPS = (Op.PARAM, Op.ATTR, Op.FREE, Op.NAME, Op.GETITEM, Op.CAST, Op.SAME, Op.PHI, Op.ADD)
 
 
 class Mismatch(Exception):
@@ -61,12 +62,12 @@ class Norm:
 
 
 def _is_dtype(value: Optional[Value], names) -> bool:
-    return value is not None and value.op == "name" and value.name in names
+    return value is not None and value.op == Op.NAME and value.name in names
 
 
 def upcast(value: Value) -> Tuple[Value, bool]:
     """(inner, True) for ``e.float()``, ``e.to(torch.float32)``, ``e.type(torch.float32)``."""
-    if value is not None and value.op == "cast" and _is_dtype(value["dtype"], FLOAT32) and value.input is not None:
+    if value is not None and value.op == Op.CAST and _is_dtype(value["dtype"], FLOAT32) and value.input is not None:
         return value.input, True
     return value, False
 
@@ -74,13 +75,13 @@ def upcast(value: Value) -> Tuple[Value, bool]:
 def cast_target(value: Value) -> Optional[Value]:
     """The tensor whose dtype ``value`` casts to: ``e.to(t.dtype)`` (also through a local),
     ``e.type_as(t)``; T5's half-precision branch counts as a cast to its weight's dtype."""
-    if value.op == "cast":
+    if value.op == Op.CAST:
         dtype, other = value["dtype"], value["other"]
         if other is not None:
             return other
-        if dtype is not None and dtype.op == "attr" and dtype.name == "dtype":
+        if dtype is not None and dtype.op == Op.ATTR and dtype.name == "dtype":
             return dtype.input
-    if value.op == "phi":
+    if value.op == Op.PHI:
         return half_branch_target(value)
     return None
 
@@ -88,36 +89,36 @@ def cast_target(value: Value) -> Optional[Value]:
 def half_branch_target(value: Value) -> Optional[Value]:
     """T5's ``if w.dtype in [torch.float16, torch.bfloat16]: h = h.to(w.dtype)``: w, else None."""
     test, then, other = value["test"], value["then"], value["else"]
-    if test is None or test.op != "compare" or test.name != "In" or then is None or then.op != "cast":
+    if test is None or test.op != Op.COMPARE or test.name != "In" or then is None or then.op != Op.CAST:
         return None
     subject, dtypes = test.input, test["other0"]
     names = {item.name for item in (dtypes.items if dtypes is not None else ())}
-    if not (subject is not None and subject.op == "attr" and subject.name == "dtype" and names & set(HALVES)
+    if not (subject is not None and subject.op == Op.ATTR and subject.name == "dtype" and names & set(HALVES)
             and "torch.bfloat16" in names):
         return None
     target = then["dtype"]
-    if target is None or target.op != "attr" or target.name != "dtype" or not equal(target.input, subject.input):
+    if target is None or target.op != Op.ATTR or target.name != "dtype" or not equal(target.input, subject.input):
         return None
     return subject.input if then.input is other else None
 
 
 def factors(value: Value) -> List[Value]:
     """The operands of a chain of ``*``."""
-    if value.op == "mul":
+    if value.op == Op.MUL:
         return factors(value.input) + factors(value["other"])
     return [value]
 
 
 def mean_square(value: Value) -> Optional[Tuple[Value, Value]]:
     """(x, the mean) for ``mean(square(x), ...)``."""
-    if value is not None and value.op == "mean" and value.input is not None and value.input.op == "square":
+    if value is not None and value.op == Op.MEAN and value.input is not None and value.input.op == Op.SQUARE:
         return value.input.input, value
     return None
 
 
 def _ms_plus_eps(value: Value) -> Optional[Tuple[Value, Value, Value]]:
     """(x, eps, the mean) for ``mean(x²) + eps`` (either order)."""
-    if value is None or value.op != "add":
+    if value is None or value.op != Op.ADD:
         return None
     for ms, eps in ((value.input, value["other"]), (value["other"], value.input)):
         found = mean_square(ms)
@@ -128,19 +129,19 @@ def _ms_plus_eps(value: Value) -> Optional[Tuple[Value, Value, Value]]:
 
 def inverse_rms(value: Value) -> Optional[Tuple[Value, Value, Value]]:
     """(x, eps, the mean) for ``rsqrt(mean(x²) + eps)`` (any spelling the view normalises)."""
-    return _ms_plus_eps(value.input) if value is not None and value.op == "rsqrt" else None
+    return _ms_plus_eps(value.input) if value is not None and value.op == Op.RSQRT else None
 
 
 def is_core(value: Value) -> bool:
     """An inverse RMS or RMS: ``rsqrt``/``sqrt`` of ``mean(x²) + eps``, or of ``mean(x²)``."""
-    if value.op not in ("rsqrt", "sqrt") or value.input is None:
+    if value.op not in (Op.RSQRT, Op.SQRT) or value.input is None:
         return False
     return _ms_plus_eps(value.input) is not None or mean_square(value.input) is not None
 
 
 def has_eps(core: Value) -> bool:
     """The core adds something to the mean of squares (``rsqrt(mean(x²) + eps)``)."""
-    return core.op in ("rsqrt", "sqrt") and _ms_plus_eps(core.input) is not None
+    return core.op in (Op.RSQRT, Op.SQRT) and _ms_plus_eps(core.input) is not None
 
 
 def _operand(squared: Value, scaled: Value) -> Optional[Value]:
@@ -165,16 +166,16 @@ class _Part:
 
 def _without_eps(value: Optional[Value]) -> bool:
     """``rsqrt``/``sqrt`` of a mean of squares with nothing added."""
-    return value is not None and value.op in ("rsqrt", "sqrt") and mean_square(value.input) is not None
+    return value is not None and value.op in (Op.RSQRT, Op.SQRT) and mean_square(value.input) is not None
 
 
 def _normalised(group: List[Value]) -> Optional[_Part]:
     """The normalised part when ``group`` (one or two factors) is one."""
-    if any(_without_eps(v) or v.op == "div" and _without_eps(v["other"]) for v in group):
+    if any(_without_eps(v) or v.op == Op.DIV and _without_eps(v["other"]) for v in group):
         raise Mismatch("no eps is added to the mean of squares (npu_rms_norm adds its epsilon inside the root)")
     if len(group) == 2:
         for scaled, inv in (group, group[::-1]):
-            if inv.op == "cast" and inv.input is not None and inv.input.op == "rsqrt" and cast_target(inv) is not None \
+            if inv.op == Op.CAST and inv.input is not None and inv.input.op == Op.RSQRT and cast_target(inv) is not None \
                     and equal(cast_target(inv), scaled):
                 inv = inv.input  # x * rsqrt(...).to(x.dtype): the inverse RMS rounded to x's dtype first
             found = inverse_rms(inv)
@@ -183,16 +184,16 @@ def _normalised(group: List[Value]) -> Optional[_Part]:
                 return _Part(operand, found[1], found[2], inv)
         return None
     value = group[0]
-    if value.op == "div" and value["other"] is not None and value["other"].op == "sqrt":
+    if value.op == Op.DIV and value["other"] is not None and value["other"].op == Op.SQRT:
         found = _ms_plus_eps(value["other"].input)
         operand = _operand(found[0], value.input) if found is not None else None
         if operand is not None:
             return _Part(operand, found[1], found[2], value["other"])
-    if value.op == "rms_norm" and value.input is not None and value["normalized_shape"] is not None:
+    if value.op == Op.RMS_NORM and value.input is not None and value["normalized_shape"] is not None:
         weight = value["weight"]
-        weight = None if weight is not None and weight.op == "const" and weight.name == "None" else weight
+        weight = None if weight is not None and weight.op == Op.CONST and weight.name == "None" else weight
         eps = value["eps"]
-        eps = None if eps is not None and eps.op == "const" and eps.name == "None" else eps
+        eps = None if eps is not None and eps.op == Op.CONST and eps.name == "None" else eps
         return _Part(value.input, eps, None, value, weight, value["normalized_shape"])
     return None
 
@@ -210,18 +211,18 @@ def _split(items: List[Value]) -> Tuple[_Part, List[Value]]:
 def _peel_cast_back(value: Value) -> Tuple[Value, Optional[Value]]:
     target = cast_target(value)
     if target is not None:
-        return (value["else"] if value.op == "phi" else value.input), target
+        return (value["else"] if value.op == Op.PHI else value.input), target
     return value, None
 
 
 def _weight(value: Value) -> Tuple[Value, bool]:
     """(weight, Gemma's 1 + weight) for the weight factor, or Mismatch."""
     inner, _ = upcast(value)
-    if inner.op == "add":
+    if inner.op == Op.ADD:
         for one, other in ((inner.input, inner["other"]), (inner["other"], inner.input)):
             if number(one) == 1:
                 return upcast(other)[0], True
-    if value.op not in WEIGHT_OPS or value.op == "add":
+    if value.op not in WEIGHT_OPS or value.op == Op.ADD:
         raise Mismatch(f"the norm is multiplied by `{_text(value)}`, not by a weight parameter (a gated norm?)")
     return inner, False
 
@@ -234,7 +235,7 @@ def _holds_core(value: Value, depth: int = 0) -> bool:
     """An inverse RMS or an ``rms_norm`` call within a few steps of ``value`` (cheap and necessary)."""
     if value is None or depth > 6:
         return False
-    if value.op == "rms_norm" or is_core(value):
+    if value.op == Op.RMS_NORM or is_core(value):
         return True
     return any(_holds_core(v, depth + 1) for v in value.kw.values())
 
@@ -245,7 +246,7 @@ def _depends_on(value: Value, x: Value) -> bool:
 
 def match(value: Value) -> Optional[Norm]:
     """The RMSNorm ``value`` computes, None when it holds no inverse RMS, or Mismatch."""
-    if value.op not in ("mul", "div", "cast", "rms_norm", "phi"):
+    if value.op not in (Op.MUL, Op.DIV, Op.CAST, Op.RMS_NORM, Op.PHI):
         return None
     if not _holds_core(value):
         return None
@@ -259,13 +260,13 @@ def match(value: Value) -> Optional[Norm]:
     if rest:
         if part.weight is not None:
             raise Mismatch("the norm is multiplied by a weight twice (F.rms_norm's and another)", part.core)
-        if rest[0].op == "phi" and half_branch_target(rest[0]) is None and not _is_offset(rest[0]):
+        if rest[0].op == Op.PHI and half_branch_target(rest[0]) is None and not _is_offset(rest[0]):
             raise Mismatch(BRANCHES, part.core)
         weight, gemma = _weight(rest[0])
     x, _ = upcast(part.operand)
-    if x.op == "sub" and x["other"] is not None and x["other"].op == "mean":
+    if x.op == Op.SUB and x["other"] is not None and x["other"].op == Op.MEAN:
         raise Mismatch("the mean is subtracted first (a LayerNorm-style norm, not RMSNorm)", part.core)
-    if weight is not None and (_depends_on(weight, x) or weight.op == "const"):
+    if weight is not None and (_depends_on(weight, x) or weight.op == Op.CONST):
         raise Mismatch(f"the norm is multiplied by `{_text(rest[0])}`, not by a weight parameter (a gated norm?)",
                        part.core)
     dim = _dim(part)
@@ -289,7 +290,7 @@ def _split_part(items: List[Value]):
         inner, target = _peel_cast_back(item)
         if target is None:
             continue
-        if item.op == "phi" and half_branch_target(item) is None:
+        if item.op == Op.PHI and half_branch_target(item) is None:
             continue
         try:
             part, more = _split(factors(inner))
@@ -299,14 +300,14 @@ def _split_part(items: List[Value]):
             continue  # a weight inside the cast: read from the outer product only
         part.cast = target
         return part, [f for i, f in enumerate(items) if i != index]
-    phi = next((f for f in items if f.op == "phi"), None)
+    phi = next((f for f in items if f.op == Op.PHI), None)
     raise Mismatch(BRANCHES if phi is not None else reason)
 
 
 def _is_offset(value: Value) -> bool:
     """litgpt's ``(1 + w) if add_unit_offset else w``."""
     then, other = value["then"], value["else"]
-    if then is None or other is None or then.op != "add":
+    if then is None or other is None or then.op != Op.ADD:
         return False
     return any(number(a) == 1 and equal(upcast(b)[0], upcast(other)[0])
                for a, b in ((then.input, then["other"]), (then["other"], then.input)))
@@ -319,9 +320,9 @@ def _dim(part: _Part) -> Optional[Value]:
     dim, keepdim = part.mean["dim"], part.mean["keepdim"]
     if keepdim is None or number(keepdim) != 1:
         raise Mismatch("the mean is taken without keepdim=True", part.core)
-    if dim is None or (dim.op == "const" and number(dim) != -1) or dim.op == "tuple":
+    if dim is None or (dim.op == Op.CONST and number(dim) != -1) or dim.op == Op.TUPLE:
         raise Mismatch("the mean runs over dims other than the last one", part.core)
-    return None if dim.op == "const" else dim
+    return None if dim.op == Op.CONST else dim
 
 
 def output_sources(value: Value, norm: Norm, depth: int = 0) -> Optional[Set[str]]:
@@ -333,19 +334,19 @@ def output_sources(value: Value, norm: Norm, depth: int = 0) -> Optional[Set[str
         return {"x"}
     if norm.weight is not None and equal(value, norm.weight):
         return {"w"}
-    if value.op in ("const", "param", "attr", "name", "free") or (norm.eps is not None and equal(value, norm.eps)):
+    if value.op in (Op.CONST, Op.PARAM, Op.ATTR, Op.NAME, Op.FREE) or (norm.eps is not None and equal(value, norm.eps)):
         return set()  # numbers: eps, 1 in 1 + w
-    if value.op == "phi":
+    if value.op == Op.PHI:
         return None
-    if value.op == "cast":
+    if value.op == Op.CAST:
         target = cast_target(value)
         if target is not None:
             return output_sources(target, norm, depth + 1)
         return {"f32"} if _is_dtype(value["dtype"], FLOAT32) else None
-    if value.op in ("mul", "add", "sub", "div"):
+    if value.op in (Op.MUL, Op.ADD, Op.SUB, Op.DIV):
         a, b = output_sources(value.input, norm, depth + 1), output_sources(value["other"], norm, depth + 1)
         return None if a is None or b is None else a | b
-    if value.op in ("rsqrt", "sqrt", "square", "neg", "rms_norm") or (value.op == "mean" and value["dtype"] is None):
+    if value.op in (Op.RSQRT, Op.SQRT, Op.SQUARE, Op.NEG, Op.RMS_NORM) or (value.op == Op.MEAN and value["dtype"] is None):
         return output_sources(value.input, norm, depth + 1)
     return None
 

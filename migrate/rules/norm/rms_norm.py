@@ -40,6 +40,7 @@ from npu_migrate.migrate.rules.norm._match import GENERIC, Mismatch, Norm, has_e
 from npu_migrate.migrate.rules._table import TORCH_NPU
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 FUSED, REPORT = "NPU320", "NPU321"
 TARGET = "torch_npu.npu_rms_norm"
@@ -153,7 +154,7 @@ class RmsNorm(Rule):
         for value in {id(v): v for v in view.values.values()}.values():
             if not view.home(value):
                 continue
-            if is_core(value) or value.op == "rms_norm":
+            if is_core(value) or value.op == Op.RMS_NORM:
                 cores.append(value)
             try:
                 norm = match(value)
@@ -190,7 +191,7 @@ class RmsNorm(Rule):
     def _fuse(self, norm: Norm, func: cst.FunctionDef) -> Optional[str]:
         """Emit the rewrite of one norm; None when done, else why not."""
         view = self.ctx.view(func)
-        functional = norm.core.op == "rms_norm"
+        functional = norm.core.op == Op.RMS_NORM
         returned = not functional and view.result() is norm.out and self._returns_directly(func, norm)
         operands = [v for v in (norm.x, norm.weight, norm.eps, norm.dim, norm.shape) if v is not None]
         kind = "Gemma RMSNorm" if norm.gemma else "RMSNorm"
@@ -253,7 +254,7 @@ class RmsNorm(Rule):
         """F.rms_norm's default eps is float32's for the dtypes the kernel takes; a variable eps may be None."""
         if norm.eps is None:
             return f"{HELPER}.FLOAT32_EPS"
-        if norm.core.op == "rms_norm" and number(norm.eps) is None:
+        if norm.core.op == Op.RMS_NORM and number(norm.eps) is None:
             return f"{HELPER}.rms_norm_eps({text})"
         return text
 

@@ -27,6 +27,7 @@ import libcst as cst
 from npu_migrate.migrate.view.values import number
 from npu_migrate.migrate.view.shapes import equal
 from npu_migrate.migrate.view import Value
+from npu_migrate.migrate.view.ops import Op
 
 HALF, INTERLEAVE = "half", "interleave"
 FULL, PAIRS, COMPLEX = "full", "pairs", "complex"
@@ -49,7 +50,7 @@ class Rope:
 
 def _two(value: Value, key: str) -> Optional[Tuple[Value, Value]]:
     seq = value[key] or value["axis"]
-    return seq.items if seq is not None and seq.op == "tuple" and len(seq.items) == 2 else None
+    return seq.items if seq is not None and seq.op == Op.TUPLE and len(seq.items) == 2 else None
 
 
 def _last_dim(value: Value, key: str = "dim", stack: bool = False) -> Optional[int]:
@@ -60,7 +61,7 @@ def _last_dim(value: Value, key: str = "dim", stack: bool = False) -> Optional[i
 
 
 def _channels(value: Optional[Value], part: str) -> Optional[Value]:
-    return value if value is not None and value.op == "channels" and value.name == part else None
+    return value if value is not None and value.op == Op.CHANNELS and value.name == part else None
 
 
 def _rank(*ranks) -> Optional[int]:
@@ -72,13 +73,13 @@ def rotation(value: Value) -> Optional[Tuple[Value, str, Optional[int], bool]]:
     """(x, mode, rank, negated) when ``value`` is x rotated: ``cat((-second_half, first_half), -1)``
     is 'half', ``flatten(stack((-odd, even), -1), -2)`` 'interleave'; with the other sign
     (``cat((second_half, -first_half), -1)``) ``negated``."""
-    if value.op == "cat":
+    if value.op == Op.CAT:
         parts, dim = _two(value, "tensors"), _last_dim(value)
         found = _signed(parts, "second_half", "first_half") if dim is not None else None
         if found is not None:
             (second, first), negated = found
             return first.input, HALF, _rank(dim, second.number, first.number), negated
-    if value.op == "flatten" and value.input is not None and value.input.op == "stack":
+    if value.op == Op.FLATTEN and value.input is not None and value.input.op == Op.STACK:
         start, end = number(value["start_dim"]), number(value["end_dim"])
         parts, dim = _two(value.input, "tensors"), _last_dim(value.input, stack=True)
         if dim is None or start not in (-2, 3) or end not in (None, -1):
@@ -95,8 +96,8 @@ def _signed(parts, moved: str, kept: str):
     if parts is None:
         return None
     first, second = parts
-    for negated, a, b in ((False, first.input if first.op == "neg" else None, second),
-                          (True, first, second.input if second.op == "neg" else None)):
+    for negated, a, b in ((False, first.input if first.op == Op.NEG else None, second),
+                          (True, first, second.input if second.op == Op.NEG else None)):
         a, b = _channels(a, moved), _channels(b, kept)
         if a is not None and b is not None and equal(a.input, b.input):
             return (a, b), negated
@@ -105,7 +106,7 @@ def _signed(parts, moved: str, kept: str):
 
 def _products(value: Value) -> List[Tuple[Value, Value]]:
     """Both readings (a, b) of a product ``a * b``."""
-    if value is None or value.op != "mul":
+    if value is None or value.op != Op.MUL:
         return []
     return [(value.input, value["other"]), (value["other"], value.input)]
 
@@ -113,13 +114,13 @@ def _products(value: Value) -> List[Tuple[Value, Value]]:
 def full_form(value: Value) -> Optional[Rope]:
     """``x * cos + rotate(x) * sin``, sum and products in any order; x and the rotation may be cast
     alike (``x.float() * cos + rotate_half(x).float() * sin``: a cast commutes with the rotation)."""
-    if value.op != "add":
+    if value.op != Op.ADD:
         return None
     for plain, rotated in ((value.input, value["other"]), (value["other"], value.input)):
         for x, cos in _products(plain):
             for turned, sin in _products(rotated):
                 found = rotation(turned)
-                if found is None and turned is not None and turned.op == "cast" and x is not None and x.op == "cast" \
+                if found is None and turned is not None and turned.op == Op.CAST and x is not None and x.op == Op.CAST \
                         and equal(turned["dtype"], x["dtype"]) and equal(turned["other"], x["other"]):
                     found = rotation(turned.input)
                     found = found if found is not None and equal(found[0], x.input) else None
@@ -132,7 +133,7 @@ def full_form(value: Value) -> Optional[Rope]:
 
 def _difference(value: Value, a: Value, b: Value) -> Optional[Tuple[Value, Value]]:
     """(c, s) when ``value`` is ``a * c - b * s``."""
-    if value is None or value.op != "sub":
+    if value is None or value.op != Op.SUB:
         return None
     for first, c in _products(value.input):
         for second, s in _products(value["other"]):
@@ -143,7 +144,7 @@ def _difference(value: Value, a: Value, b: Value) -> Optional[Tuple[Value, Value
 
 def _sum_of(value: Value, a: Value, c: Value, b: Value, s: Value) -> bool:
     """``value`` is ``a * c + b * s`` (sum and products in any order)."""
-    if value is None or value.op != "add":
+    if value is None or value.op != Op.ADD:
         return False
     for left, right in ((value.input, value["other"]), (value["other"], value.input)):
         if any(equal(p, a) and equal(q, c) for p, q in _products(left)) and \
@@ -156,24 +157,24 @@ def pair_form(value: Value) -> Optional[Rope]:
     """``stack((x0*c - x1*s, x1*c + x0*s), -1)`` over even/odd channels ('interleave', channel pairs
     out), ``cat(...)`` of the same over the two halves ('half') or over even/odd channels
     ('interleave' written out as halves: DeepSeek's ``split``)."""
-    if value.op not in ("stack", "cat"):
+    if value.op not in (Op.STACK, Op.CAT):
         return None
-    parts, dim = _two(value, "tensors"), _last_dim(value, stack=value.op == "stack")
-    if parts is None or dim is None or parts[0] is None or parts[0].op != "sub":
+    parts, dim = _two(value, "tensors"), _last_dim(value, stack=value.op == Op.STACK)
+    if parts is None or dim is None or parts[0] is None or parts[0].op != Op.SUB:
         return None
     for first_term, _ in _products(parts[0].input):
         for second_term, _ in _products(parts[0]["other"]):
             x0, x1 = first_term, second_term
-            if x0 is None or x1 is None or x0.op != "channels" or x1.op != "channels" or not equal(x0.input, x1.input):
+            if x0 is None or x1 is None or x0.op != Op.CHANNELS or x1.op != Op.CHANNELS or not equal(x0.input, x1.input):
                 continue
             tables = _difference(parts[0], x0, x1)
             if tables is None or not _sum_of(parts[1], x1, tables[0], x0, tables[1]):
                 continue
             even_odd = (x0.name, x1.name) == ("even", "odd")
-            if value.op == "stack" and even_odd:
+            if value.op == Op.STACK and even_odd:
                 return Rope(value, x0.input, *tables, INTERLEAVE, PAIRS, paired=True, rank=_rank(x0.number, x1.number),
                             pairs=x0["pairs"])
-            if value.op == "cat" and (even_odd or (x0.name, x1.name) == ("first_half", "second_half")):
+            if value.op == Op.CAT and (even_odd or (x0.name, x1.name) == ("first_half", "second_half")):
                 return Rope(value, x0.input, *tables, INTERLEAVE if even_odd else HALF, PAIRS, split=even_odd,
                             rank=_rank(dim, x0.number, x1.number))
     return None
@@ -181,10 +182,10 @@ def pair_form(value: Value) -> Optional[Rope]:
 
 def complex_form(value: Value) -> Optional[Rope]:
     """``view_as_real(z * freqs_cis)`` with ``z = view_as_complex(...)`` (either order)."""
-    if value.op != "view_as_real" or value.input is None or value.input.op != "mul":
+    if value.op != Op.VIEW_AS_REAL or value.input is None or value.input.op != Op.MUL:
         return None
     for z, freqs in _products(value.input):
-        if z is not None and z.op == "view_as_complex":
+        if z is not None and z.op == Op.VIEW_AS_COMPLEX:
             return Rope(value, z, freqs, None, INTERLEAVE, COMPLEX, paired=True)
     return None
 
@@ -216,7 +217,7 @@ def _join_pairs(view, found: List[Rope]) -> None:
     if not paired:
         return
     for value in list(view.values.values()):
-        rope = paired.get(id(value.input)) if value.op == "flatten" and view.home(value) else None
+        rope = paired.get(id(value.input)) if value.op == Op.FLATTEN and view.home(value) else None
         start, end = number(value["start_dim"]), number(value["end_dim"])
         if rope is None or start not in (-2, 3) or end not in (None, -1) or not _encloses(view, value.node, rope.out.node):
             continue
@@ -239,11 +240,11 @@ def unmatched(view) -> List[Tuple[Value, str]]:
     for value in {id(v): v for v in view.values.values()}.values():
         if not view.home(value) or id(value) in matched:
             continue
-        if value.op == "view_as_real" and _has_complex_factor(value.input):
+        if value.op == Op.VIEW_AS_REAL and _has_complex_factor(value.input):
             found.append((value, "complex"))  # a product with a complex view of x, but not x * freqs_cis
-        elif value.op == "add" and _calls_rotation_helper(value):
+        elif value.op == Op.ADD and _calls_rotation_helper(value):
             found.append((value, "helper"))
-        elif value.op == "add" and _unproven_rotation(value):
+        elif value.op == Op.ADD and _unproven_rotation(value):
             found.append((value, "rotation"))
     return found
 
@@ -253,20 +254,20 @@ def _unproven_rotation(value: Value) -> bool:
     be x's half or interleaved rotation (halves sliced at ``self.head_size // 2``, another dim)."""
     for _, rotated in ((value.input, value["other"]), (value["other"], value.input)):
         for turned, _ in _products(rotated):
-            while turned is not None and turned.op in ("cast", "same", "flatten", "reshape", "reshape_as"):
+            while turned is not None and turned.op in (Op.CAST, Op.SAME, Op.FLATTEN, Op.RESHAPE, Op.RESHAPE_AS):
                 turned = turned.input
-            if turned is not None and turned.op in ("cat", "stack"):
+            if turned is not None and turned.op in (Op.CAT, Op.STACK):
                 parts = _two(turned, "tensors")
-                if parts is not None and any(p is not None and p.op == "neg" for p in parts):
+                if parts is not None and any(p is not None and p.op == Op.NEG for p in parts):
                     return True
     return False
 
 
 def _has_complex_factor(value: Optional[Value], depth: int = 0) -> bool:
     """A product (of any length) with a ``view_as_complex`` factor."""
-    if value is None or value.op != "mul" or depth > 4:
+    if value is None or value.op != Op.MUL or depth > 4:
         return False
-    return any(v is not None and (v.op == "view_as_complex" or _has_complex_factor(v, depth + 1))
+    return any(v is not None and (v.op == Op.VIEW_AS_COMPLEX or _has_complex_factor(v, depth + 1))
                for v in (value.input, value["other"]))
 
 
@@ -276,9 +277,9 @@ def _calls_rotation_helper(value: Value) -> bool:
     for plain, rotated in ((value.input, value["other"]), (value["other"], value.input)):
         for x, _ in _products(plain):
             for turned, _ in _products(rotated):
-                while turned is not None and turned.op == "cast":  # rotate_half(q).float()
-                    turned, x = turned.input, x.input if x is not None and x.op == "cast" else x
-                if turned is not None and turned.op == "call" and turned["arg0"] is not None \
+                while turned is not None and turned.op == Op.CAST:  # rotate_half(q).float()
+                    turned, x = turned.input, x.input if x is not None and x.op == Op.CAST else x
+                if turned is not None and turned.op == Op.CALL and turned["arg0"] is not None \
                         and equal(turned["arg0"], x) and _rotation_name(turned["callee"]):
                     return True
     return False
@@ -286,6 +287,6 @@ def _calls_rotation_helper(value: Value) -> bool:
 
 def _rotation_name(callee: Optional[Value]) -> bool:
     """An imported or global function (not a parameter) whose name says it rotates."""
-    if callee is None or callee.op not in ("name", "free"):
+    if callee is None or callee.op not in (Op.NAME, Op.FREE):
         return False
     return "rot" in (callee.name or "").rsplit(".", 1)[-1].lower()

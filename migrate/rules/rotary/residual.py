@@ -7,17 +7,18 @@ from typing import List, Optional
 
 from npu_migrate.migrate.rules._residual import Family, peel, values
 from npu_migrate.migrate.view import Value, View
+from npu_migrate.migrate.view.ops import Op
 
 
 def _is_rotation(value: Optional[Value]) -> bool:
     """``cat((-x2, x1))``, ``stack((-x_odd, x_even))``, a call of a rotate helper that was not inlined."""
-    value = peel(value, ("cast", "same", "reshape", "flatten"))
+    value = peel(value, (Op.CAST, Op.SAME, Op.RESHAPE, Op.FLATTEN))
     if value is None:
         return False
-    if value.op in ("cat", "stack"):
+    if value.op in (Op.CAT, Op.STACK):
         items = value["tensors"].items if value["tensors"] is not None else ()
-        return any(item.op == "neg" for item in items)
-    return value.op == "call" and "rot" in (_callee_name(value) or "").lower()
+        return any(item.op == Op.NEG for item in items)
+    return value.op == Op.CALL and "rot" in (_callee_name(value) or "").lower()
 
 
 def _callee_name(value: Value) -> Optional[str]:
@@ -30,7 +31,7 @@ def _factors(product: Value, depth: int = 4) -> List[Value]:
     found = []
     for side in (product.input, product["other"]):
         side = peel(side)
-        if side is not None and side.op == "mul" and depth > 0:
+        if side is not None and side.op == Op.MUL and depth > 0:
             found += _factors(side, depth - 1)
         elif side is not None:
             found.append(side)
@@ -39,19 +40,19 @@ def _factors(product: Value, depth: int = 4) -> List[Value]:
 
 def _rotary(view: View) -> List[Value]:
     found = []
-    for value in values(view, "add", "sub"):
+    for value in values(view, Op.ADD, Op.SUB):
         products = [peel(value.input), peel(value["other"])]
-        if all(p is not None and p.op == "mul" for p in products):
+        if all(p is not None and p.op == Op.MUL for p in products):
             factors = [f for p in products for f in _factors(p)]
             if any(_is_rotation(f) for f in factors):
                 found.append(value)
-    for value in values(view, "mul"):
-        if any(peel(side) is not None and peel(side).op == "view_as_complex" for side in (value.input, value["other"])):
+    for value in values(view, Op.MUL):
+        if any(peel(side) is not None and peel(side).op == Op.VIEW_AS_COMPLEX for side in (value.input, value["other"])):
             found.append(value)
-    for value in values(view, "stack"):  # pairs rotated by hand: stack([x0*c - x1*s, x1*c + x0*s])
+    for value in values(view, Op.STACK):  # pairs rotated by hand: stack([x0*c - x1*s, x1*c + x0*s])
         items = value["tensors"].items if value["tensors"] is not None else ()
         if len(items) == 2 and {i.op for i in items} == {"add", "sub"} and all(
-                peel(i.input) is not None and peel(i.input).op == "mul" for i in items):
+                peel(i.input) is not None and peel(i.input).op == Op.MUL for i in items):
             found.append(value)
     return found
 
@@ -59,5 +60,5 @@ def _rotary(view: View) -> List[Value]:
 FAMILY = Family(
     "rotary", frozenset({"NPU310", "NPU311"}), "NPU311", "pattern.rotary.unrecognised",
     frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
-    lambda v: "complex rotation" if v.op == "mul" else "x·cos ± rotate(x)·sin",
+    lambda v: "complex rotation" if v.op == Op.MUL else "x·cos ± rotate(x)·sin",
 )

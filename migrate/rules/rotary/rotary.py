@@ -34,6 +34,7 @@ from npu_migrate.migrate.rules.rotary._match import COMPLEX, FULL, Rope, ropes, 
 from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 FUSED, REPORTED = "NPU310", "NPU311"
 TARGET = "torch_npu.npu_rotary_mul"
@@ -123,14 +124,14 @@ class Rotary(Rule):
     def _cast(rope: Rope, piece) -> Optional[tuple]:
         """(x before the cast, the dtype) for a per-channel rotation of ``x.float()``-like operands."""
         x = rope.x
-        if rope.form != FULL or x.op != "cast" or x.input is None:
+        if rope.form != FULL or x.op != Op.CAST or x.input is None:
             return None
         base = operand_text(piece, x.input)
         dtype, other = x["dtype"], x["other"]
         if other is not None:
             target = operand_text(piece, other)
             dtype_text = f"{target}.dtype" if target is not None else None
-        elif dtype is not None and dtype.op == "name" and (dtype.name or "").startswith("torch."):
+        elif dtype is not None and dtype.op == Op.NAME and (dtype.name or "").startswith("torch."):
             dtype_text = dtype.name
         else:
             dtype_text = operand_text(piece, dtype) if dtype is not None else None

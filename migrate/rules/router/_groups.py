@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 
 from npu_migrate.migrate.view.values import number
 from npu_migrate.migrate.view import Value
+from npu_migrate.migrate.view.ops import Op
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Groups:
 
 def masked(value: Value) -> Optional[Tuple[Groups, Value]]:
     """(groups, the scores before the mask) for a group mask applied with ``masked_fill``."""
-    if value.op != "masked_fill" or value["mask"] is None or value["mask"].op != "invert":
+    if value.op != Op.MASKED_FILL or value["mask"] is None or value["mask"].op != Op.INVERT:
         return None
     fill = _fill(value["value"])
     scores = value.input
@@ -53,36 +54,36 @@ def masked(value: Value) -> Optional[Tuple[Groups, Value]]:
 def _fill(value: Optional[Value]) -> Optional[str]:
     if value is None:
         return None
-    if value.op == "const" and value.number == 0:
+    if value.op == Op.CONST and value.number == 0:
         return "0"
-    negated = value.op == "neg"
+    negated = value.op == Op.NEG
     inner = value.input if negated else value
-    if inner is not None and inner.op == "call" and inner.name is None and inner["callee"] is not None \
-            and inner["callee"].name == "float" and inner["arg0"] is not None and inner["arg0"].op == "str":
+    if inner is not None and inner.op == Op.CALL and inner.name is None and inner["callee"] is not None \
+            and inner["callee"].name == "float" and inner["arg0"] is not None and inner["arg0"].op == Op.STR:
         text = (inner["arg0"].name or "").strip().lower()
         if text in ("-inf", "-infinity") and not negated or text in ("inf", "infinity") and negated:
             return "-inf"
-    if negated and inner is not None and inner.op == "name" and inner.name in ("math.inf", "torch.inf", "numpy.inf"):
+    if negated and inner is not None and inner.op == Op.NAME and inner.name in ("math.inf", "torch.inf", "numpy.inf"):
         return "-inf"
     return None
 
 
 def _bool(value: Optional[Value]) -> Optional[Value]:
     """``x.bool()`` / ``x.to(torch.bool)`` → x."""
-    if value is not None and value.op == "call" and set(value.kw) == {"callee"} and value["callee"].op == "attr" \
+    if value is not None and value.op == Op.CALL and set(value.kw) == {"callee"} and value["callee"].op == Op.ATTR \
             and value["callee"].name == "bool":
         return value["callee"].input
-    if value is not None and value.op == "cast" and value["dtype"] is not None and value["dtype"].name == "torch.bool":
+    if value is not None and value.op == Op.CAST and value["dtype"] is not None and value["dtype"].name == "torch.bool":
         return value.input
     return None
 
 
 def _expanded(value: Optional[Value]) -> Optional[Value]:
     """``m.unsqueeze(-1).expand(-1, G, S).reshape(-1, E)`` → m: each group's flag for its experts."""
-    if value is None or value.op != "reshape":
+    if value is None or value.op != Op.RESHAPE:
         return None
     expand = value.input
-    if expand is None or expand.op != "expand" or expand.input is None or expand.input.op != "unsqueeze":
+    if expand is None or expand.op != Op.EXPAND or expand.input is None or expand.input.op != Op.UNSQUEEZE:
         return None
     if number(expand.input["dim"]) != -1:
         return None
@@ -91,13 +92,13 @@ def _expanded(value: Optional[Value]) -> Optional[Value]:
 
 def _kept_groups(value: Value) -> Optional[Tuple[Value, Value]]:
     """(group scores, k_group) for ``zeros_like(s).scatter_(1, topk(s, k_group)[1], 1)``."""
-    if value.op != "scatter" or number(value["src"]) != 1 or number(value["dim"]) not in (1, -1):
+    if value.op != Op.SCATTER or number(value["src"]) != 1 or number(value["dim"]) not in (1, -1):
         return None
     zeros, index = value.input, value["index"]
-    if zeros is None or zeros.op != "zeros_like" or index is None or index.op != "item" or index.number != 1:
+    if zeros is None or zeros.op != Op.ZEROS_LIKE or index is None or index.op != Op.ITEM or index.number != 1:
         return None
     chosen = index.input
-    if chosen.op != "topk" or chosen.input is not zeros.input or (chosen["dim"] is not None and number(chosen["dim"]) != -1):
+    if chosen.op != Op.TOPK or chosen.input is not zeros.input or (chosen["dim"] is not None and number(chosen["dim"]) != -1):
         return None
     return zeros.input, chosen["k"]
 
@@ -105,17 +106,17 @@ def _kept_groups(value: Value) -> Optional[Tuple[Value, Value]]:
 def _group_score(value: Value) -> Optional[Tuple[Value, Value, Value, Optional[Value]]]:
     """(scores, group_count, group size, top) for ``reshape(scores, -1, G, S)`` scored per group."""
     top = None
-    if value.op == "amax" and number(value["dim"]) == -1:
+    if value.op == Op.AMAX and number(value["dim"]) == -1:
         grouped = value.input
-    elif value.op == "sum" and number(value["dim"]) == -1 and value.input is not None and value.input.op == "item" \
-            and value.input.number == 0 and value.input.input.op == "topk":
+    elif value.op == Op.SUM and number(value["dim"]) == -1 and value.input is not None and value.input.op == Op.ITEM \
+            and value.input.number == 0 and value.input.input.op == Op.TOPK:
         best = value.input.input
         if best["dim"] is None or number(best["dim"]) != -1 or best["k"] is None:
             return None
         grouped, top = best.input, best["k"]
     else:
         return None
-    shape = grouped["*rest"] if grouped is not None and grouped.op == "reshape" else None
+    shape = grouped["*rest"] if grouped is not None and grouped.op == Op.RESHAPE else None
     if shape is None or len(shape.items) != 3 or number(shape.items[0]) != -1:
         return None
     return grouped.input, shape.items[1], shape.items[2], top

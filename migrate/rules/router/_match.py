@@ -28,6 +28,7 @@ from npu_migrate.migrate.view.values import number
 from npu_migrate.migrate.rules.router._groups import Groups, masked
 from npu_migrate.migrate.view import Value, View
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
 
@@ -76,7 +77,7 @@ def routers_in(view: View) -> List[Match]:
         found = []
         graph = _Graph(view)
         for value in graph.values:
-            if value.op == "topk":
+            if value.op == Op.TOPK:
                 match = _router(value, graph)
                 if match is not None:
                     found.append(match)
@@ -122,12 +123,12 @@ class _Graph:
         return self.users.get(id(value), [])
 
     def items(self, value: Value, index: int) -> List[Value]:
-        return [u for u in self.uses(value) if u.op == "item" and u.number == index]
+        return [u for u in self.uses(value) if u.op == Op.ITEM and u.number == index]
 
 
 def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     largest = topk["largest"]
-    if largest is not None and not (largest.op == "const" and largest.number == 1):
+    if largest is not None and not (largest.op == Op.CONST and largest.number == 1):
         return None  # the k smallest: not a choice of experts
     indices = graph.items(topk, 1)
     firsts = graph.items(topk, 0)
@@ -137,10 +138,10 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
             return None
         # bound by ``a, b = topk(...)``, then lost to the view (set on one path of an if only): the
         # statement's names stand for them, whatever reads them later
-        firsts, indices = [Value("item", {"input": topk}, view=topk.view, number=i) for i in bound], \
-            [Value("item", {"input": topk}, view=topk.view, number=1)]
+        firsts, indices = [Value(Op.ITEM, {"input": topk}, view=topk.view, number=i) for i in bound], \
+            [Value(Op.ITEM, {"input": topk}, view=topk.view, number=1)]
         firsts = [item for item in firsts if item.number == 0]
-    if any(use.op == "scatter" and use["index"] is index and number(use["src"]) == 1
+    if any(use.op == Op.SCATTER and use["index"] is index and number(use["src"]) == 1
            for index in indices for use in graph.uses(index)):
         return None  # the groups chosen for a group-limited router (a mask of ones), not the experts
     selection = topk.input
@@ -149,14 +150,14 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     if found is not None:
         groups, selection = found
     scores, bias, experts = _biased(selection)
-    if scores is None and selection.op == "add" and _from_parameter(selection):
+    if scores is None and selection.op == Op.ADD and _from_parameter(selection):
         return None  # a helper choosing from scores its caller computes: read where it is inlined
     if scores is None:
-        if groups is None and selection.op != "add" and not _mentions_scores(selection):
+        if groups is None and selection.op != Op.ADD and not _mentions_scores(selection):
             return _topk_softmax(topk, graph, indices, firsts)
         return Blocked(topk.node, "MoE router not fused: the experts are chosen by scores that are not softmax or "
                                   "sigmoid of the logits (plus a bias)", PLANS["scores"])
-    if not _last(topk["dim"], default=True) or (scores.op == "softmax" and not _last(scores["dim"])):
+    if not _last(topk["dim"], default=True) or (scores.op == Op.SOFTMAX and not _last(scores["dim"])):
         return Blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
     # the top-k values are the unbiased scores (masked experts, -inf or 0 below every kept score, are never chosen)
     weights = _gathered(scores, indices[0], graph) or (firsts[0] if firsts and bias is None else None)
@@ -165,7 +166,7 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
                                   "scores, which no gating kernel returns", PLANS["scores"])
     router = Router(topk, "softmax", scores.input, topk["k"], weights, indices[0], probs=scores, norm=scores.op,
                     dim=scores["dim"], dtype=_dtype(scores), bias=bias, groups=groups, experts=experts)
-    if scores.op == "softmax" and groups is None and bias is None:
+    if scores.op == Op.SOFTMAX and groups is None and bias is None:
         return router
     router.kind = "grouped"
     if weights is not None:
@@ -183,31 +184,31 @@ def _last(dim: Optional[Value], default: bool = False) -> bool:
 def _biased(selection: Value) -> Tuple[Optional[Value], Optional[Value], Optional[Value]]:
     """(scores, bias, experts) for softmax/sigmoid ``scores + bias`` (``bias.unsqueeze(0)`` and
     ``scores.view(-1, E)`` looked through), (scores, None, None) without a bias, else Nones."""
-    if selection.op in ("softmax", "sigmoid"):
+    if selection.op in (Op.SOFTMAX, Op.SIGMOID):
         return selection, None, None
-    if selection.op != "add":
+    if selection.op != Op.ADD:
         return None, None, None
     for scores, bias in ((selection.input, selection["other"]), (selection["other"], selection.input)):
         experts = None
-        if scores is not None and scores.op == "reshape" and scores["*rest"] is not None \
+        if scores is not None and scores.op == Op.RESHAPE and scores["*rest"] is not None \
                 and len(scores["*rest"].items) == 2 and number(scores["*rest"].items[0]) == -1:
             scores, experts = scores.input, scores["*rest"].items[1]
-        if bias is not None and bias.op == "unsqueeze" and number(bias["dim"]) == 0:
+        if bias is not None and bias.op == Op.UNSQUEEZE and number(bias["dim"]) == 0:
             bias = bias.input
-        if bias is not None and bias.op == "cast":
+        if bias is not None and bias.op == Op.CAST:
             bias = bias.input
-        if scores is not None and scores.op in ("softmax", "sigmoid") and not _mentions(bias, scores):
+        if scores is not None and scores.op in (Op.SOFTMAX, Op.SIGMOID) and not _mentions(bias, scores):
             return scores, bias, experts
     return None, None, None
 
 
 def _from_parameter(selection: Value) -> bool:
     """``scores (+ bias)`` where the scores are the function's parameter (reshaped at most)."""
-    sides = (selection.input, selection["other"]) if selection.op == "add" else (selection,)
+    sides = (selection.input, selection["other"]) if selection.op == Op.ADD else (selection,)
     for side in sides:
-        while side is not None and side.op == "reshape":
+        while side is not None and side.op == Op.RESHAPE:
             side = side.input
-        if side is not None and side.op == "param" and side.name != "self":
+        if side is not None and side.op == Op.PARAM and side.name != "self":
             return True
     return False
 
@@ -216,7 +217,7 @@ def _mentions_scores(value: Optional[Value], depth: int = 4) -> bool:
     """A softmax or sigmoid a few steps below ``value`` (scores transformed before the choice)."""
     if value is None or depth < 0:
         return False
-    if value.op in ("softmax", "sigmoid") or (value.op == "act" and depth < 4):
+    if value.op in (Op.SOFTMAX, Op.SIGMOID) or (value.op == Op.ACT and depth < 4):
         return True
     return any(_mentions_scores(v, depth - 1) for v in (*value.kw.values(), *value.items))
 
@@ -232,16 +233,16 @@ def _mentions(value: Optional[Value], target: Value, depth: int = 8) -> bool:
 def _gathered(scores: Value, indices: Value, graph: _Graph) -> Optional[Value]:
     """``scores.gather(-1, indices)`` (any spelling)."""
     for use in graph.uses(indices):
-        if use.op == "gather" and use.input is scores and use["index"] is indices and _last(use["dim"]):
+        if use.op == Op.GATHER and use.input is scores and use["index"] is indices and _last(use["dim"]):
             return use
     return None
 
 
 def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match]:
     """``values, experts = topk(logits, k)`` then ``softmax(values)``."""
-    softmaxes = [u for first in firsts for u in graph.uses(first) if u.op == "softmax"]
+    softmaxes = [u for first in firsts for u in graph.uses(first) if u.op == Op.SOFTMAX]
     if len(softmaxes) != 1:
-        later = [u for first in firsts for u in _below(first, graph, 3) if u.op in ("softmax", "sigmoid")]
+        later = [u for first in firsts for u in _below(first, graph, 3) if u.op in (Op.SOFTMAX, Op.SIGMOID)]
         if later:  # llama4: the top-k logits scattered back over all experts, then a sigmoid
             return Blocked(topk.node, f"MoE router not fused: a {later[0].op} computed after the top-k of the raw "
                                       "logits, in a form no gating kernel computes", PLANS["scores"])
@@ -256,7 +257,7 @@ def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match
 def _dtype(softmax: Value) -> Optional[Value]:
     """The softmax's ``dtype=``, None when it has none or names its input's own (``dtype=x.dtype``)."""
     dtype = softmax["dtype"]
-    if dtype is not None and dtype.op == "attr" and dtype.name == "dtype" and dtype.input is softmax.input:
+    if dtype is not None and dtype.op == Op.ATTR and dtype.name == "dtype" and dtype.input is softmax.input:
         return None
     return dtype
 
@@ -285,7 +286,7 @@ def _weighting(router: Router, graph: _Graph) -> Optional[Blocked]:
     elif router.norm == "sigmoid":
         return Blocked(router.topk.node, "MoE router not fused: the sigmoid weights are not renormalised right after "
                                          "they are gathered (npu_moe_gating_top_k renormalises them)", PLANS["renorm"])
-    scaled = [u for u in graph.uses(weights) if u.op == "mul" and _scalar(u, weights)]
+    scaled = [u for u in graph.uses(weights) if u.op == Op.MUL and _scalar(u, weights)]
     if len(scaled) == 1 and len(graph.uses(weights)) == 1:
         weights, router.scale = scaled[0], _scalar(scaled[0], weights)
     router.weights = weights
@@ -295,7 +296,7 @@ def _weighting(router: Router, graph: _Graph) -> Optional[Blocked]:
 def _scalar(product: Value, weights: Value) -> Optional[Value]:
     """The other factor of ``weights * c`` when it is a number or an attribute (a scaling factor)."""
     other = product["other"] if product.input is weights else product.input if product["other"] is weights else None
-    if other is not None and (other.op == "const" or (other.op == "attr" and other.name != "weight")):
+    if other is not None and (other.op == Op.CONST or (other.op == Op.ATTR and other.name != "weight")):
         return other
     return None
 
@@ -304,16 +305,16 @@ def _renormalised(weights: Value, graph: _Graph) -> Optional[Tuple[Value, Option
     """(renormalised weights, eps, flag) for ``w / (w.sum(-1, keepdim=True) + eps)``, possibly under
     ``if flag:`` (then the value after the ``if``), else None."""
     for use in graph.uses(weights):
-        if use.op != "div" or use.input is not weights:
+        if use.op != Op.DIV or use.input is not weights:
             continue
         total, eps = use["other"], None
-        if total is not None and total.op == "add" and total.input is not None and total.input.op == "sum":
+        if total is not None and total.op == Op.ADD and total.input is not None and total.input.op == Op.SUM:
             total, eps = total.input, total["other"]
-        if total is None or total.op != "sum" or total.input is not weights or not _last(total["dim"]):
+        if total is None or total.op != Op.SUM or total.input is not weights or not _last(total["dim"]):
             continue
         if total["keepdim"] is None or number(total["keepdim"]) != 1:
             continue
-        phis = [u for u in graph.uses(use) if u.op == "phi" and u["then"] is use and u["else"] is weights]
+        phis = [u for u in graph.uses(use) if u.op == Op.PHI and u["then"] is use and u["else"] is weights]
         if phis:
             return phis[0], eps, phis[0]["test"]
         return use, eps, None

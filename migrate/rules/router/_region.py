@@ -12,6 +12,7 @@ import libcst as cst
 from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.view.regions import Slice, interior, operand_code
 from npu_migrate.migrate.view.syntax import code
+from npu_migrate.migrate.view.ops import Op
 
 TEMP = "_npu_weights"  # the kernel's weights when the original computes more from them in the same statement
 
@@ -20,7 +21,7 @@ def named(piece: Slice, value) -> Optional[str]:
     """The logits as written where the guard runs, casts left out where they are not named (the
     guard reads only shapes and dtypes, so it need not copy them)."""
     text = operand_code(piece, value)
-    while text is None and value.op == "cast":
+    while text is None and value.op == Op.CAST:
         value = value.input
         text = operand_code(piece, value)
     return text
@@ -108,7 +109,7 @@ def bound(piece: Slice, env, value) -> Optional[str]:
             assigned = piece.view.values.get(id(stmt.body[0].value))
             if isinstance(target, cst.Name) and assigned is value:
                 return target.value
-            if isinstance(target, cst.Tuple) and value.op == "item" and assigned is value.input \
+            if isinstance(target, cst.Tuple) and value.op == Op.ITEM and assigned is value.input \
                     and value.number < len(target.elements) and isinstance(target.elements[int(value.number)].value, cst.Name):
                 return target.elements[int(value.number)].value.value
     return None

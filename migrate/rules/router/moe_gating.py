@@ -49,6 +49,7 @@ from npu_migrate.migrate.view.syntax import code
 from npu_migrate.migrate.rules._table import TORCH_NPU
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback
+from npu_migrate.migrate.view.ops import Op
 
 REPORT = "NPU341"
 NOTE = "npu-migrate NPU340: fused MoE gating where npu_glue proves it exact, else the original"
@@ -58,7 +59,7 @@ MOVED_PLAN = Fallback("manual", "Keep the original code (it runs on the NPU, unf
 KERNELS = {"softmax": "torch_npu.npu_moe_gating_top_k_softmax", "topk_softmax": "torch_npu.npu_moe_gating_top_k_softmax_v2",
            "grouped": "torch_npu.npu_moe_gating_top_k"}
 ONLY_ORIGINAL = "is read after the region but only the original branch defines it"
-ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//"}
+ARITHMETIC = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "//"}
 
 
 class MoeGating(Rule):
@@ -267,7 +268,7 @@ class MoeGating(Rule):
     def _text(self, piece: Slice, value) -> Optional[str]:
         """Source for an input where the guard runs; arithmetic of such inputs (``n_expert // n_group``
         read in an inlined helper) is written from its parts."""
-        if value.op == "const" and value.node is not None:
+        if value.op == Op.CONST and value.node is not None:
             return atom(code(value.node))
         text = operand_code(piece, value)
         if text is None and value.op in ARITHMETIC and value.input is not None and value["other"] is not None:
@@ -280,7 +281,7 @@ class MoeGating(Rule):
         """The logits as the original's scores see them: its casts, then the softmax ``dtype=``."""
         casts = []
         value = r.logits
-        while value.op == "cast" and operand_code(piece, value) is None:
+        while value.op == Op.CAST and operand_code(piece, value) is None:
             casts.append(value)
             value = value.input
         text = operand_code(piece, value)
@@ -296,16 +297,16 @@ class MoeGating(Rule):
 
     def _dtype_text(self, piece: Slice, value, softmax_dtype) -> Optional[str]:
         """The dtype of the kernel's input (the logits after their casts and the softmax's ``dtype=``)."""
-        like = softmax_dtype is None and value.op == "cast" and value["other"] is not None
+        like = softmax_dtype is None and value.op == Op.CAST and value["other"] is not None
         dtype = softmax_dtype if softmax_dtype is not None else value["other"] if like else \
-            value["dtype"] if value.op == "cast" else None
+            value["dtype"] if value.op == Op.CAST else None
         if dtype is None:
             return None
         if like:
             other = operand_code(piece, dtype)
             return f"{other}.dtype" if other is not None else None
         if dtype.node is not None:
-            return atom(code(dtype.node)) if dtype.op == "name" else operand_code(piece, dtype)
+            return atom(code(dtype.node)) if dtype.op == Op.NAME else operand_code(piece, dtype)
         return self._spelled(dtype.name)
 
     def _spelled(self, qualified: Optional[str]) -> Optional[str]:
@@ -321,10 +322,10 @@ class MoeGating(Rule):
         if like:
             other = operand_code(piece, dtype)
             return f".type_as({other})" if other is not None else None
-        if dtype.op == "name" and dtype.name in CAST_METHODS.values() and dtype.node is None:
+        if dtype.op == Op.NAME and dtype.name in CAST_METHODS.values() and dtype.node is None:
             method = next(m for m, d in CAST_METHODS.items() if d == dtype.name)
             return f".{method}()"
-        if dtype.op == "name" and dtype.name in ("torch.float32", "torch.float"):
+        if dtype.op == Op.NAME and dtype.name in ("torch.float32", "torch.float"):
             return ".float()"
-        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else atom(code(dtype.node))
+        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != Op.NAME else atom(code(dtype.node))
         return f".to({text})" if text is not None else None

@@ -9,6 +9,7 @@ import libcst as cst
 
 from npu_migrate.migrate.rules._residual import Family, peel, values
 from npu_migrate.migrate.view import Value, View
+from npu_migrate.migrate.view.ops import Op
 
 
 def _weights_discarded(view: View, topk: Value) -> bool:
@@ -23,18 +24,18 @@ def _weights_discarded(view: View, topk: Value) -> bool:
 
 def _router(view: View) -> List[Value]:
     found = []
-    for value in values(view, "topk"):
+    for value in values(view, Op.TOPK):
         if _weights_discarded(view, value):
             continue
         scores = peel(value.input)
-        if scores is not None and scores.op == "add":  # sigmoid scores plus a bias
-            scores = peel(scores.input) if peel(scores.input).op == "sigmoid" else peel(scores["other"])
-        if scores is not None and scores.op in ("softmax", "sigmoid"):
+        if scores is not None and scores.op == Op.ADD:  # sigmoid scores plus a bias
+            scores = peel(scores.input) if peel(scores.input).op == Op.SIGMOID else peel(scores["other"])
+        if scores is not None and scores.op in (Op.SOFTMAX, Op.SIGMOID):
             found.append(value)
-    for value in values(view, "softmax"):  # top-k first, softmax over the top-k logits
+    for value in values(view, Op.SOFTMAX):  # top-k first, softmax over the top-k logits
         source = peel(value.input)
-        if source is not None and source.op == "item" and peel(source.input) is not None \
-                and peel(source.input).op == "topk":
+        if source is not None and source.op == Op.ITEM and peel(source.input) is not None \
+                and peel(source.input).op == Op.TOPK:
             found.append(value)
     return found
 
