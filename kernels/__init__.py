@@ -4,6 +4,6 @@
 on CPU or CUDA; ``kernels.emulate_cuda()`` runs original CUDA code on a machine without CUDA.
 """
 
-from npu_migrate.kernels.emulation import activate, activate_cuda, deactivate, emulate, emulate_cuda, is_emulated
+from .emulation import activate, activate_cuda, deactivate, emulate, emulate_cuda, is_emulated
 
 __all__ = ["activate", "activate_cuda", "deactivate", "emulate", "emulate_cuda", "is_emulated"]

@@ -33,7 +33,7 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from npu_migrate.kernels._checks import dtype_name, require
+from ._checks import dtype_name, require
 
 INT_MAX = 2147483647
 #: The logit a masked position gets (float32 "large negative", as in the NPU kernels).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import dtype_name, require
+from ._checks import dtype_name, require
 
 #: The floating dtypes the NPU vector units compute in (no float64 on an NPU).
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)

@@ -14,9 +14,9 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from npu_migrate.kernels import _attention_core as core
-from npu_migrate.kernels._checks import NpuOpError, check_dtypes, check_same_dtype, require
-from npu_migrate.kernels._common import FLOATS
+from . import _attention_core as core
+from ._checks import NpuOpError, check_dtypes, check_same_dtype, require
+from ._common import FLOATS
 
 OP = "npu_fusion_attention"
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")

@@ -45,7 +45,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from npu_migrate.kernels import _attention_core as core
+from . import _attention_core as core
 
 _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 #: False sends every call down the blocked path (the tests of the blocked core set it)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, List
 
 import torch
 
-from npu_migrate.kernels.device import Patch
+from .device import Patch
 
 if TYPE_CHECKING:
-    from npu_migrate.kernels.npu_api import EmulatedDeviceModule
+    from .npu_api import EmulatedDeviceModule
 
 
 class StreamMethods:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from npu_migrate.kernels._checks import check_dtypes, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import check_dtypes, require
+from ._common import FLOATS
+from .registry import Derivative, npu_op
 
 #: Which half ``npu_geglu(activate_left=False)`` passes through GELU. The current CANN docs
 #: (aclnnGeGluV3, CANN 8.3/8.5) say the RIGHT half: ``out = A * gelu(B)``; older docs (CANN 8.0

@@ -31,10 +31,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from npu_migrate.kernels._checks import shapes_only
-from npu_migrate.kernels.emulation import real_torch_npu_installed
-from npu_migrate.kernels.registry import OpSpec, specs
-from npu_migrate.opmap import reference
+from ._checks import shapes_only
+from .emulation import real_torch_npu_installed
+from .registry import OpSpec, specs
+from ..opmap import reference
 
 NAMESPACE = "npu"
 DEVICE_KEYS = ("CPU", "CUDA")

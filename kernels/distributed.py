@@ -14,7 +14,7 @@ from typing import Callable, List
 
 import torch
 
-from npu_migrate.kernels.device import DeviceMap, Patch, replace
+from .device import DeviceMap, Patch, replace
 
 # The collective library each emulated device type brings.
 COLLECTIVE_BACKENDS = {"npu": "hccl", "cuda": "nccl"}

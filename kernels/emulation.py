@@ -47,7 +47,7 @@ from typing import Iterator, List
 
 import torch
 
-from npu_migrate.kernels.device import (
+from .device import (
     REAL_DEVICE,
     DeviceMap,
     Patch,
@@ -57,9 +57,9 @@ from npu_migrate.kernels.device import (
     tensor_method_patches,
     torch_patches,
 )
-from npu_migrate.kernels.distributed import distributed_patches
-from npu_migrate.kernels.npu_api import EmulatedDeviceModule, stream_patches
-from npu_migrate.kernels.torch_npu_module import torch_npu_patches
+from .distributed import distributed_patches
+from .npu_api import EmulatedDeviceModule, stream_patches
+from .torch_npu_module import torch_npu_patches
 
 
 @dataclass

@@ -42,11 +42,11 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from npu_migrate.kernels import _attention_core as core
-from npu_migrate.kernels import _fusion_attention_sdpa as sdpa
-from npu_migrate.kernels._checks import NpuOpError, require
-from npu_migrate.kernels._fusion_attention_args import OP, FaCall, as_bnsd, prepare
-from npu_migrate.kernels.registry import Derivative, npu_op
+from . import _attention_core as core
+from . import _fusion_attention_sdpa as sdpa
+from ._checks import NpuOpError, require
+from ._fusion_attention_args import OP, FaCall, as_bnsd, prepare
+from .registry import Derivative, npu_op
 
 #: the non-tensor arguments of npu_fusion_attention that npu_fusion_attention_grad takes again
 _PASSED_TO_GRAD = ("padding_mask", "keep_prob", "pre_tockens", "next_tockens", "inner_precise", "prefix",

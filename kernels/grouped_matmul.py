@@ -19,10 +19,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from npu_migrate.kernels._checks import NpuOpError, check_dtypes, check_same_dtype, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.activations import fast_gelu_f32
-from npu_migrate.kernels.registry import npu_op
+from ._checks import NpuOpError, check_dtypes, check_same_dtype, refuse_autograd, require
+from ._common import FLOATS
+from .activations import fast_gelu_f32
+from .registry import npu_op
 
 _OP = "npu_grouped_matmul"
 _MAX_TENSORS = 128

@@ -29,9 +29,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from npu_migrate.kernels import _attention_core as core
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
-from npu_migrate.kernels.registry import npu_op
+from . import _attention_core as core
+from ._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
+from .registry import npu_op
 
 _HALF = (torch.float16, torch.bfloat16)
 _LAYOUTS = ("BSH", "BSND", "BNSD", "BNSD_BSND")

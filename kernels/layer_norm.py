@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS, norm_dims
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import check_dtypes, check_same_dtype, dtype_name, refuse_autograd, require
+from ._common import FLOATS, norm_dims
+from .registry import Derivative, npu_op
 
 
 def _check_weights(op: str, x: torch.Tensor, **weights) -> None:

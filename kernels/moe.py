@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import npu_op
+from ._checks import check_dtypes, check_same_dtype, dtype_name, reads_values, refuse_autograd, require
+from ._common import FLOATS
+from .registry import npu_op
 
 
 def _require_int32(op: str, **tensors) -> None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from ._common import FLOATS
+from .registry import Derivative, npu_op
 
 _MAX_K = 1024
 _MAX_GROUPED_EXPERTS = 2048

@@ -15,11 +15,11 @@ from typing import Any, List
 
 import torch
 
-from npu_migrate.kernels._npu_amp import AmpMethods, amp_module
-from npu_migrate.kernels._npu_graphs import Graph, GraphMethods, NotEmulatedError
-from npu_migrate.kernels._npu_memory import MemoryMethods, host_memory
-from npu_migrate.kernels._npu_rng import RngMethods
-from npu_migrate.kernels._npu_streams import Event, Stream, StreamContext, StreamMethods, stream_patches
+from ._npu_amp import AmpMethods, amp_module
+from ._npu_graphs import Graph, GraphMethods, NotEmulatedError
+from ._npu_memory import MemoryMethods, host_memory
+from ._npu_rng import RngMethods
+from ._npu_streams import Event, Stream, StreamContext, StreamMethods, stream_patches
 
 __all__ = ["EmulatedDeviceModule", "Event", "NotEmulatedError", "Stream", "StreamContext", "stream_patches"]
 

@@ -29,8 +29,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from npu_migrate.kernels._checks import NpuOpError
-from npu_migrate.opmap import reference
+from ._checks import NpuOpError
+from ..opmap import reference
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ _loaded = False
 def load_all() -> Dict[str, Callable]:
     global _loaded
     if not _loaded:
-        from npu_migrate import kernels
+        from .. import kernels
 
         for info in pkgutil.iter_modules(kernels.__path__):
             if not info.name.startswith("_"):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, check_same_dtype, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS, norm_dims, require_gamma_dtype
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import check_dtypes, check_same_dtype, refuse_autograd, require
+from ._common import FLOATS, norm_dims, require_gamma_dtype
+from .registry import Derivative, npu_op
 
 
 def _rms(op: str, x: torch.Tensor, gamma: torch.Tensor, epsilon: float, min_dim: int, xf=None,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import NpuOpError, check_dtypes, check_same_dtype, refuse_autograd, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import NpuOpError, check_dtypes, check_same_dtype, refuse_autograd, require
+from ._common import FLOATS
+from .registry import Derivative, npu_op
 
 
 def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_migrate.kernels._checks import check_dtypes, dtype_name, require
-from npu_migrate.kernels._common import FLOATS
-from npu_migrate.kernels.registry import Derivative, npu_op
+from ._checks import check_dtypes, dtype_name, require
+from ._common import FLOATS
+from .registry import Derivative, npu_op
 
 _MASKED_LOGIT = -10000.0
 

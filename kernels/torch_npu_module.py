@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any, Dict, List
 
-from npu_migrate.kernels.device import Patch, replace
+from .device import Patch, replace
 
 __version__ = "2.14.0+emulated"
 
@@ -35,8 +35,8 @@ class TorchNpuModule(types.ModuleType):
 
 def _ops() -> Dict[str, Any]:
     """name -> ``torch.ops.npu.<name>`` for every emulated op (registering them once)."""
-    from npu_migrate.kernels import dispatcher
-    from npu_migrate.kernels.registry import load_all
+    from . import dispatcher
+    from .registry import load_all
 
     if not dispatcher.register():
         raise RuntimeError("a real torch_npu is importable; the emulated ops are not registered over it")

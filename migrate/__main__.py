@@ -1,3 +1,3 @@
-from npu_migrate.migrate.cli import main
+from .cli import main
 
 main()

@@ -16,11 +16,11 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import Code, Replace, Site, Splice, edit_codes
-from npu_migrate.migrate.guarded import build_region, fill
-from npu_migrate.migrate.overlaps import overlaps, wraps  # noqa: F401  (overlaps: the engine's entry)
-from npu_migrate.migrate.parens import landing
-from npu_migrate.migrate.tree import TreeIndex, children
+from .edits import Code, Replace, Site, Splice, edit_codes
+from .guarded import build_region, fill
+from .overlaps import overlaps, wraps  # noqa: F401  (overlaps: the engine's entry)
+from .parens import landing
+from .tree import TreeIndex, children
 
 
 def _blank_lines_unindented(statement: cst.CSTNode) -> cst.CSTNode:

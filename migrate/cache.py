@@ -42,10 +42,10 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from npu_migrate.migrate import __version__, diagnostics
-from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSES, FileResult, Finding, Requirement
-from npu_migrate.migrate.limits import Limits
-from npu_migrate.opmap import Fallback
+from . import __version__, diagnostics
+from .findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSES, FileResult, Finding, Requirement
+from .limits import Limits
+from ..opmap import Fallback
 
 FORMAT = "npu-migrate-cache"
 VERSION = 4  # 2: findings carry a notebook cell; 3: no stored diff, an HMAC instead of a plain checksum;

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Dict
 
-from npu_migrate.migrate import diagnostics, rules
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.files.codes import DECLARATIONS
+from . import diagnostics, rules
+from .diagnostics import DiagnosticCode
+from .files.codes import DECLARATIONS
 
 
 def declarations() -> Dict[str, DiagnosticCode]:

@@ -16,13 +16,13 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.edits import Site
-from npu_migrate.migrate.names import NameResolver
-from npu_migrate.migrate.tree import TreeIndex
-from npu_migrate.migrate.view import View
-from npu_migrate.migrate.view.scope import Scope, module_functions
-from npu_migrate.opmap import OpTable
-from npu_migrate.migrate.helpers import HELPER, is_helper_file  # noqa: F401 (the rules read them here)
+from .edits import Site
+from .names import NameResolver
+from .tree import TreeIndex
+from .view import View
+from .view.scope import Scope, module_functions
+from ..opmap import OpTable
+from .helpers import HELPER, is_helper_file  # noqa: F401 (the rules read them here)
 
 
 

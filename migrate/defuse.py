@@ -17,8 +17,8 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.names import target_names
-from npu_migrate.migrate.tree import children, walk
+from .names import target_names
+from .tree import children, walk
 
 _LOOPS = (cst.For, cst.While)
 _JUMPS = (cst.Return, cst.Break, cst.Continue, cst.Raise, cst.Yield, cst.Await)

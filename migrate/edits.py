@@ -27,7 +27,7 @@ from typing import Optional, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.findings import Finding
+from .findings import Finding
 
 
 @dataclass(frozen=True)

@@ -24,21 +24,21 @@ from typing import Callable, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate import diagnostics, notebooks, residual
-from npu_migrate.migrate.apply import Apply, missing, overlaps
-from npu_migrate.migrate.codegen import code
-from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.edits import ImportSpec, Site, placed_at, site_constant
-from npu_migrate.migrate.findings import FileResult, Finding
-from npu_migrate.migrate.imports import add_imports
-from npu_migrate.migrate.line_fit import fit_lines
-from npu_migrate.migrate.names import NameResolver
-from npu_migrate.migrate.positions import positions
-from npu_migrate.migrate.rules import code_enabled, select_rules
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.migrate.suppressions import ignored_file, is_suppressed, suppressed_lines
-from npu_migrate.migrate.visit import visit_batched
-from npu_migrate.opmap import Fallback, OpTable
+from . import diagnostics, notebooks, residual
+from .apply import Apply, missing, overlaps
+from .codegen import code
+from .context import FileContext
+from .edits import ImportSpec, Site, placed_at, site_constant
+from .findings import FileResult, Finding
+from .imports import add_imports
+from .line_fit import fit_lines
+from .names import NameResolver
+from .positions import positions
+from .rules import code_enabled, select_rules
+from .rules.base import Rule
+from .suppressions import ignored_file, is_suppressed, suppressed_lines
+from .visit import visit_batched
+from ..opmap import Fallback, OpTable
 
 BOM = "\ufeff"  # a UTF-8 byte-order mark, as decoded
 NOT_APPLIED_PLAN = Fallback(

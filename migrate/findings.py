@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from npu_migrate.opmap import Fallback
+from ..opmap import Fallback
 
 ACTIONS = ("rewritten", "reported", "suppressed")  # suppressed: kept as is by ``# npu-migrate: ignore[CODE]``
 FILE_STATUSES = ("changed", "unchanged", "skipped", "error")

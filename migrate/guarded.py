@@ -25,9 +25,9 @@ from typing import Callable, List, Mapping, Optional, Sequence, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.defuse import defined, read, region_problem
-from npu_migrate.migrate.edits import Code, Guarded, Replace, code
-from npu_migrate.migrate.parens import settle
+from .defuse import defined, read, region_problem
+from .edits import Code, Guarded, Replace, code
+from .parens import settle
 
 HOLE = re.compile(r"\{(\w+)\}")
 Migrated = Callable[[cst.CSTNode], cst.CSTNode]  # an original node -> the node as migrated

@@ -42,9 +42,9 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from npu_migrate.migrate.edits import ImportSpec
-from npu_migrate.migrate.helpers import BESIDE
-from npu_migrate.migrate.names import NameResolver
+from .edits import ImportSpec
+from .helpers import BESIDE
+from .names import NameResolver
 
 SIDE_EFFECT = {"torch_npu"}  # imported for what importing does; the name may go unused
 NOQA = "# noqa: F401"

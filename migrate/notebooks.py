@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import FileResult
+from . import diagnostics
+from .findings import FileResult
 
 CELL = "__npu_migrate_cell__"
 MAGIC = "__npu_migrate_magic__"

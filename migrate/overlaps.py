@@ -26,8 +26,8 @@ from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import Guarded, Replace, Site, Splice, edit_codes
-from npu_migrate.migrate.tree import TreeIndex
+from .edits import Guarded, Replace, Site, Splice, edit_codes
+from .tree import TreeIndex
 
 StatementEdit = (Splice, Guarded)
 NONE = float("inf")  # "no kept site" in the minimum trees

@@ -25,8 +25,8 @@ from typing import Callable, Dict, Mapping, Optional
 
 import libcst as cst
 
-from npu_migrate.migrate.codegen import code as _code
-from npu_migrate.migrate.tree import walk
+from .codegen import code as _code
+from .tree import walk
 
 _EMPTY = cst.Module(body=[])
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate.lifeline import close_inherited, die_with_parent
-from npu_migrate.migrate.limits import cpu_seconds
+from .lifeline import close_inherited, die_with_parent
+from .limits import cpu_seconds
 
 POLL_SECONDS = 0.5  # the longest the parent sleeps between checks of silent workers
 

@@ -13,7 +13,7 @@ from typing import Dict, Iterable, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.codegen import NO_OP, CodeState
+from .codegen import NO_OP, CodeState
 
 
 class _AllMarked(Exception):

@@ -15,16 +15,16 @@ from typing import Callable, Iterable, List, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.edits import Guarded, Replace, Site, Splice
-from npu_migrate.migrate.findings import Finding
-from npu_migrate.migrate.rules.attention import residual as attention
-from npu_migrate.migrate.rules.mlp import residual as mlp
-from npu_migrate.migrate.rules.norm import residual as norm
-from npu_migrate.migrate.rules.rotary import residual as rotary
-from npu_migrate.migrate.rules.router import residual as router
-from npu_migrate.migrate.view.regions import statement_of
-from npu_migrate.opmap import Fallback
+from .context import FileContext
+from .edits import Guarded, Replace, Site, Splice
+from .findings import Finding
+from .rules.attention import residual as attention
+from .rules.mlp import residual as mlp
+from .rules.norm import residual as norm
+from .rules.rotary import residual as rotary
+from .rules.router import residual as router
+from .view.regions import statement_of
+from ..opmap import Fallback
 
 #: the families, each declared beside its rules (``rules/<family>/residual.py``), in report order
 FAMILIES = (attention.FAMILY, rotary.FAMILY, norm.FAMILY, mlp.FAMILY, router.FAMILY)

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.diffs import Change, file_diff
-from npu_migrate.migrate.discovery import Excluded
-from npu_migrate.migrate.engine import Engine, build_engine, error_result
-from npu_migrate.migrate.files import run as declared_files
-from npu_migrate.migrate.findings import FileResult, Finding
-from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
-from npu_migrate.migrate.pool import supervise
-from npu_migrate.migrate.rules import code_enabled
-from npu_migrate.migrate.sources import SourceError, display, name_problem, read_source
-from npu_migrate.opmap import OpTable
+from . import diagnostics
+from .diffs import Change, file_diff
+from .discovery import Excluded
+from .engine import Engine, build_engine, error_result
+from .files import run as declared_files
+from .findings import FileResult, Finding
+from .limits import FileTimeout, Limits, time_budget
+from .pool import supervise
+from .rules import code_enabled
+from .sources import SourceError, display, name_problem, read_source
+from ..opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # A worker allocates a whole syntax tree per file, almost none of it in reference cycles: collecting
@@ -201,7 +201,7 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
     if not enabled or total <= PROGRESS_MIN_FILES:
         yield lambda n: None
         return
-    from npu_migrate.migrate.console import console
+    from .console import console
 
     if not console.is_terminal:
         yield lambda n: None

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from npu_migrate.migrate import diagnostics
+from . import diagnostics
 
 _NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 

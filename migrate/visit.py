@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.tree import TreeIndex
+from .tree import TreeIndex
 
 
 def visit_batched(tree: TreeIndex, module: cst.Module, visitors: Sequence[cst.BatchableCSTVisitor]) -> None:

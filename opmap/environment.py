@@ -36,8 +36,8 @@ from typing import FrozenSet, Optional, Tuple
 
 import yaml
 
-from npu_migrate.opmap.records import CODE_RE, Fallback, parse_fallback, text
-from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, plain
+from .records import CODE_RE, Fallback, parse_fallback, text
+from .yaml_source import SchemaError, check_keys, line_of, plain
 
 ENV_KINDS = ("variable", "command", "device-count", "image", "value", "config")
 ENV_STATUSES = ("rename", "report")

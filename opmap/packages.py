@@ -25,8 +25,8 @@ from typing import Optional, Tuple
 
 import yaml
 
-from npu_migrate.opmap.records import CODE_RE, Fallback, parse_fallback, text
-from npu_migrate.opmap.yaml_source import SchemaError, check_keys, line_of, plain
+from .records import CODE_RE, Fallback, parse_fallback, text
+from .yaml_source import SchemaError, check_keys, line_of, plain
 
 PACKAGE_STATUSES = ("compatible", "replace", "unsupported")
 INDEX_STATUSES = ("replace", "unsupported")

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 import yaml
 
-from npu_migrate.opmap.yaml_source import (
+from .yaml_source import (
     SchemaError,
     check_keys,
     dotted_name_problem,

@@ -13,8 +13,8 @@ from typing import Dict, List, Tuple
 
 import yaml
 
-from npu_migrate.opmap.records import text
-from npu_migrate.opmap.yaml_source import SchemaError, check_keys, compose, line_of, mapping_items, plain
+from .records import text
+from .yaml_source import SchemaError, check_keys, compose, line_of, mapping_items, plain
 
 DIRECTORY = Path(__file__).with_name("reference")
 OP_SCHEMAS = DIRECTORY / "torch_npu_2.14.0_op_schemas.txt"

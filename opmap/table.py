@@ -16,10 +16,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
-from npu_migrate.opmap.environment import EnvironmentRecord, parse_environment
-from npu_migrate.opmap.packages import IndexRecord, PackageRecord, normalise, parse_index, parse_package, specificity
-from npu_migrate.opmap.records import OpRecord, parse_record
-from npu_migrate.opmap.yaml_source import SchemaError, check_keys, compose, line_of
+from .environment import EnvironmentRecord, parse_environment
+from .packages import IndexRecord, PackageRecord, normalise, parse_index, parse_package, specificity
+from .records import OpRecord, parse_record
+from .yaml_source import SchemaError, check_keys, compose, line_of
 
 BUILTIN_DIR = Path(__file__).parent
 

@@ -7,8 +7,8 @@ imports what it needs (libcst, torch, the outputs) when it runs, so ``migrate --
 import os
 import warnings
 
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.cli import demo, explain, ops, parity, report, run  # noqa: F401  (register the commands)
+from .app import app
+from . import demo, explain, ops, parity, report, run  # noqa: F401  (register the commands)
 
 # torch warns at import when NumPy is missing ("Failed to initialize NumPy"); nothing here needs
 # NumPy, so the warning is noise, in this process and in the parity workers it starts.

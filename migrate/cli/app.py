@@ -2,7 +2,7 @@ from typing import Optional
 
 import typer
 
-from npu_migrate.migrate import __version__
+from .. import __version__
 
 app = typer.Typer(
     name="migrate",

@@ -24,7 +24,7 @@ def unknown(patterns: List[str], known: List[str]) -> List[str]:
 
 def known_code(pattern: str) -> bool:
     """Whether a code or prefix matches a known code (for [tool.npu-migrate]'s lists)."""
-    from npu_migrate.migrate.outputs.codes import catalogue
+    from ..outputs.codes import catalogue
 
     return not unknown([pattern], list(catalogue()))
 
@@ -34,7 +34,7 @@ def check_codes(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
     codes = parse_codes(value)
     if not codes or ctx.resilient_parsing:
         return codes or None
-    from npu_migrate.migrate.outputs.codes import catalogue
+    from ..outputs.codes import catalogue
 
     bad = unknown(codes, list(catalogue()))
     if bad:

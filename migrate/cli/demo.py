@@ -11,13 +11,13 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.cli.extras import missing_torch
-from npu_migrate.migrate.cli.parity import run_and_show
-from npu_migrate.migrate.cli.run import RunOptions, run_migration
-from npu_migrate.migrate.cli.run_paths import ConfigError
-from npu_migrate.migrate.console import console, out
+from .. import exitcodes
+from .app import app
+from .extras import missing_torch
+from .parity import run_and_show
+from .run import RunOptions, run_migration
+from .run_paths import ConfigError
+from ..console import console, out
 
 DEMO_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
 
@@ -61,7 +61,7 @@ def demo(
         out.print(f"Parity: {repo / 'parity.yaml'} (original {repo} vs migrated {migrated})", soft_wrap=True)
         code |= run_and_show(repo / "parity.yaml", repo, migrated, "cpu", reports / "parity.json", to=out)
         if (reports / "parity.json").is_file():
-            from npu_migrate.migrate.outputs import read_json, rebuild_html
+            from ..outputs import read_json, rebuild_html
 
             page = rebuild_html(reports, read_json(reports / "parity.json", "parity result"))
             out.print(f"Review page and report.md (with the parity result): {page}", soft_wrap=True)

@@ -10,9 +10,9 @@ from typing import Optional
 
 import typer
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.console import console, out
+from .. import exitcodes
+from .app import app
+from ..console import console, out
 
 
 @app.command("explain")
@@ -21,10 +21,10 @@ def explain(code: Optional[str] = typer.Argument(None, metavar="[CODE]", help="A
 
     The page goes to stdout: rendered in a terminal, as Markdown in a pipe or a file
     (migrate explain NPU302 | less)."""
-    from npu_migrate.migrate.diagnostics import doc_page
+    from ..diagnostics import doc_page
 
     if code is None:
-        from npu_migrate.migrate.outputs.codes import catalogue
+        from ..outputs.codes import catalogue
 
         for info in catalogue().values():
             out.print(f"{info.code}  {info.summary}", soft_wrap=True, markup=False)

@@ -32,7 +32,7 @@ def is_human(output_format: str) -> bool:
 
 def attention_lines(report: dict, output_format: str) -> List[str]:
     """The sites that need attention and the file errors, in a human format."""
-    from npu_migrate.migrate.outputs.report_json import is_site, location
+    from ..outputs.report_json import is_site, location
 
     lines = []
     for f in report["findings"]:
@@ -58,8 +58,8 @@ def _github_escape(text: str, property_value: bool = False) -> str:
 
 def github(report: dict, root: Path) -> str:
     """GitHub Actions annotations, paths from the repository's root (as the SARIF's)."""
-    from npu_migrate.migrate.outputs.codes import catalogue
-    from npu_migrate.migrate.outputs.report_sarif import level, source_root
+    from ..outputs.codes import catalogue
+    from ..outputs.report_sarif import level, source_root
 
     _, prefix = source_root(root)
     codes = catalogue()
@@ -98,9 +98,9 @@ def statistics_rows(report: dict) -> List[Dict]:
     """One row per code, most frequent first: count, per-action counts and the code's summary."""
     from collections import Counter, defaultdict
 
-    from npu_migrate.migrate.findings import ACTIONS
-    from npu_migrate.migrate.outputs.codes import catalogue
-    from npu_migrate.migrate.outputs.report_json import is_site
+    from ..findings import ACTIONS
+    from ..outputs.codes import catalogue
+    from ..outputs.report_json import is_site
 
     codes = catalogue()
     actions: Dict[str, Counter] = defaultdict(Counter)

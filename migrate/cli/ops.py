@@ -8,9 +8,9 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.console import console
+from .. import exitcodes
+from .app import app
+from ..console import console
 
 ops_app = typer.Typer(help="Browse and check the operator table.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(ops_app, name="ops")
@@ -19,7 +19,7 @@ OpmapOption = typer.Option(None, "--opmap", metavar="FILE", help="Extra op-table
 
 
 def _table(extra: Optional[List[Path]]):
-    from npu_migrate.opmap import SchemaError, load_table
+    from ...opmap import SchemaError, load_table
 
     try:
         return load_table(extra or ())
@@ -72,7 +72,7 @@ def show_op(name: str = typer.Argument(..., metavar="NAME", help="Qualified torc
 @ops_app.command("validate")
 def validate(files: List[Path] = typer.Argument(..., metavar="FILE...", help="Op-table YAML files to check.")) -> None:
     """Check op-table files against the schema; problems are printed as file:line: problem, one a line."""
-    from npu_migrate.opmap import SchemaError, load_sections
+    from ...opmap import SchemaError, load_sections
 
     failed = False
     for path in files:

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.cli.extras import missing_torch
-from npu_migrate.migrate.console import console, out
-from npu_migrate.migrate.lifeline import terminate_as_interrupt
-from npu_migrate.migrate.outputs.atomic import write_atomic
+from .. import exitcodes
+from .app import app
+from .extras import missing_torch
+from ..console import console, out
+from ..lifeline import terminate_as_interrupt
+from ..outputs.atomic import write_atomic
 
 
 MAX_LOG_WIDTH = 240  # columns of the report when stdout is not a terminal
@@ -56,7 +56,7 @@ def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path],
                  json_out: Optional[Path] = None, to: Console = out, timeout: Optional[float] = None) -> int:
     """Run a parity spec, print the table (on ``to``: stdout, the command's output), write the JSON;
     returns the exit code. Progress and spec problems go to stderr. ``timeout``: see ``run_parity``."""
-    from npu_migrate.migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
+    from ..parity import SpecError, render, run_parity  # imports torch: only when needed
 
     try:
         with terminate_as_interrupt(), console.status("parity: starting") as status:

@@ -13,9 +13,9 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.console import console, out
+from .. import exitcodes
+from .app import app
+from ..console import console, out
 
 
 @app.command("report")
@@ -30,11 +30,11 @@ def report(
     With --parity, report.md is written again too, with the parity result. With --statistics,
     print the findings per code of that run instead (like `migrate run --statistics`, without
     migrating anything)."""
-    from npu_migrate.migrate.outputs import JSON_NAME, ReportDirError, read_json, rebuild_html
+    from ..outputs import JSON_NAME, ReportDirError, read_json, rebuild_html
 
     try:
         if statistics:
-            from npu_migrate.migrate.cli.summary import statistics as table
+            from .summary import statistics as table
 
             typer.echo(table(read_json(report_dir / JSON_NAME, "report")), nl=False)
             return

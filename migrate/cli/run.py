@@ -12,17 +12,17 @@ from typing import List, Optional, Tuple
 import typer
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli import formats
-from npu_migrate.migrate.cli.app import app
-from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
-from npu_migrate.migrate.cli.formats import is_human
-from npu_migrate.migrate.cli.run_options import OutputFormat, RunOptions, UsageError, _exit_code, _load_table, _sarif  # noqa: F401 (OutputFormat: the options' choices, read here)
-from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
-from npu_migrate.migrate.cli.run_writes import _write, _write_reports_and_say, finish_in_place
-from npu_migrate.migrate.console import console, out
-from npu_migrate.migrate.lifeline import terminate_as_interrupt
-from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
+from .. import exitcodes
+from . import formats
+from .app import app
+from .codes import FUSED_PREFIX, check_codes
+from .formats import is_human
+from .run_options import OutputFormat, RunOptions, UsageError, _exit_code, _load_table, _sarif  # noqa: F401 (OutputFormat: the options' choices, read here)
+from .run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
+from .run_writes import _write, _write_reports_and_say, finish_in_place
+from ..console import console, out
+from ..lifeline import terminate_as_interrupt
+from ..limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
     f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items()
@@ -32,7 +32,7 @@ INTERRUPTED = exitcodes.INTERRUPTED
 
 
 def _parity_json(path: Optional[Path]) -> Optional[dict]:
-    from npu_migrate.migrate.outputs import ReportDirError, read_json
+    from ..outputs import ReportDirError, read_json
 
     if path is None:
         return None
@@ -82,9 +82,9 @@ def run_command(
     Options can also be kept in pyproject.toml's [tool.npu-migrate] table (select, ignore, exclude,
     per-file-ignores, opmap); the command line's --select replaces the file's, --ignore, --exclude
     and --opmap add to it."""
-    from npu_migrate.migrate.outputs.in_place import InPlaceRefused
-    from npu_migrate.migrate.outputs.journal import JournalError
-    from npu_migrate.opmap import SchemaError
+    from ..outputs.in_place import InPlaceRefused
+    from ..outputs.journal import JournalError
+    from ...opmap import SchemaError
 
     fmt = output_format.value
     stdin = str(path) == "-"
@@ -123,8 +123,8 @@ def run_command(
 
 def _config(where: Path, isolated: bool):
     """The ``[tool.npu-migrate]`` table of the nearest pyproject.toml (an empty one when none or --isolated)."""
-    from npu_migrate.migrate.cli.codes import known_code
-    from npu_migrate.migrate.config import Config, ConfigFileError, find, load
+    from .codes import known_code
+    from ..config import Config, ConfigFileError, find, load
 
     found = None if isolated else find(where)
     if found is None:
@@ -138,7 +138,7 @@ def _config(where: Path, isolated: bool):
 def _patterns(config, path: Path, cli_exclude: List[str]):
     """(files not to migrate, the codes per-file-ignores turns off in a file): the configuration's
     patterns are relative to its pyproject.toml, the command line's to PATH."""
-    from npu_migrate.migrate.config import Patterns, ignored_in, per_file_codes
+    from ..config import Patterns, ignored_in, per_file_codes
 
     base = Path(path) if str(path) != "-" else Path.cwd()
     base = base if base.is_dir() else base.parent
@@ -158,20 +158,20 @@ def _patterns(config, path: Path, cli_exclude: List[str]):
 
 
 def _stdin(options: RunOptions) -> int:
-    from npu_migrate.migrate.cli.run_stdin import run_stdin
+    from .run_stdin import run_stdin
 
     return run_stdin(options)
 
 
 def _default_cache_dir() -> Path:
-    from npu_migrate.migrate.cache import default_dir
+    from ..cache import default_dir
 
     return default_dir()
 
 
 def _select_files(files, paths: Paths, exclude) -> None:
     """A single file as PATH: only it; ``--exclude``/``exclude``: copied unchanged, listed as excluded."""
-    from npu_migrate.migrate.discovery import Excluded, is_migratable, is_python_script
+    from ..discovery import Excluded, is_migratable, is_python_script
 
     if paths.only is not None:
         found = is_migratable(paths.only) or is_python_script(paths.root / paths.only)
@@ -200,8 +200,8 @@ def run_migration(path: Path, options: RunOptions) -> int:
 
     A run holds the locks of the directories it writes (``migrate.outputs.lock``) from before its
     checks of the journal to its last report; SIGTERM stops it the way Ctrl-C does."""
-    from npu_migrate.migrate.outputs.in_place import check_in_place
-    from npu_migrate.migrate.outputs.lock import LockedError, locked
+    from ..outputs.in_place import check_in_place
+    from ..outputs.lock import LockedError, locked
 
     paths = confine(path, options.out, options.in_place, options.report_dir)
     table = _load_table(options.opmap)
@@ -223,9 +223,9 @@ def run_migration(path: Path, options: RunOptions) -> int:
 
 
 def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup: bool) -> int:
-    from npu_migrate.migrate.discovery import discover
-    from npu_migrate.migrate.outputs.in_place import begin_in_place, unfinished_journal
-    from npu_migrate.migrate.outputs.journal import run_identity
+    from ..discovery import discover
+    from ..outputs.in_place import begin_in_place, unfinished_journal
+    from ..outputs.journal import run_identity
 
     identity = None
     if options.in_place and options.writes_tree:
@@ -241,7 +241,7 @@ def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup
 
 
 def _run(root: Path, files, table, options: RunOptions, cache):
-    from npu_migrate.migrate.runner import run
+    from ..runner import run
 
     ignored_in = None
     if options.ignored_in is not None:
@@ -253,10 +253,10 @@ def _run(root: Path, files, table, options: RunOptions, cache):
 
 def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
     """Write what the run writes, print what it prints, and return its exit code."""
-    from npu_migrate.migrate.cli import summary as show
-    from npu_migrate.migrate.outputs import report_json
-    from npu_migrate.migrate.outputs.changes import collect_changes
-    from npu_migrate.migrate.outputs.patch import build_patch
+    from . import summary as show
+    from ..outputs import report_json
+    from ..outputs.changes import collect_changes
+    from ..outputs.patch import build_patch
 
     changes = collect_changes(result)
     patch = build_patch(changes)
@@ -291,9 +291,9 @@ def _cache(options: RunOptions, paths: Paths):
     directory is refused (``--cache-dir``: a configuration error; the default: not used)."""
     if options.cache_dir is None:
         return None
-    from npu_migrate.migrate.cache import Cache, salt
-    from npu_migrate.migrate.rules import select_rules
-    from npu_migrate.opmap.table import builtin_files
+    from ..cache import Cache, salt
+    from ..rules import select_rules
+    from ...opmap.table import builtin_files
 
     problem = cache_overlap(options.cache_dir, paths)
     if problem and options.cache_given:

@@ -9,9 +9,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.run_paths import ConfigError
-from npu_migrate.migrate.limits import Limits
+from .. import exitcodes
+from .run_paths import ConfigError
+from ..limits import Limits
 
 
 class OutputFormat(str, Enum):
@@ -64,7 +64,7 @@ class UsageError(Exception):
 
 
 def _load_table(opmap):
-    from npu_migrate.opmap import load_table
+    from ...opmap import load_table
 
     try:
         return load_table(opmap)
@@ -73,9 +73,9 @@ def _load_table(opmap):
 
 
 def _sarif(report: dict, result, patch: str) -> str:
-    from npu_migrate.migrate.helpers import is_helper_file
-    from npu_migrate.migrate.outputs import report_sarif
-    from npu_migrate.migrate.outputs.hunks import parse_patch
+    from ..helpers import is_helper_file
+    from ..outputs import report_sarif
+    from ..outputs.hunks import parse_patch
 
     diffs = {d.path: d for d in parse_patch(patch, vendored=is_helper_file)}
     originals = {r.path: r.original for r in result.changed if r.original is not None}

@@ -78,7 +78,7 @@ def confine(path: Path, out: Optional[Path], in_place: bool, report_dir: Optiona
     root = path.resolve()
     if in_place and out is not None:
         raise ConfigError("--out and --in-place cannot be used together")
-    from npu_migrate.migrate.outputs.tree import default_out_dir  # (imports the engine: not at CLI start-up)
+    from ..outputs.tree import default_out_dir  # (imports the engine: not at CLI start-up)
 
     out_dir = None if in_place else _directory(out if out is not None else default_out_dir(root), "output directory")
     if out_dir is not None and _overlap(out_dir, root):

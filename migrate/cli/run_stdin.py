@@ -13,17 +13,17 @@ from pathlib import Path
 
 import typer
 
-from npu_migrate.migrate.cli import formats
-from npu_migrate.migrate.cli.formats import is_human
-from npu_migrate.migrate.cli.run_options import RunOptions, UsageError, _exit_code, _load_table, _sarif
-from npu_migrate.migrate.console import console, out
+from . import formats
+from .formats import is_human
+from .run_options import RunOptions, UsageError, _exit_code, _load_table, _sarif
+from ..console import console, out
 
 
 def run_stdin(options: RunOptions) -> int:
     """The exit code of the file read from stdin, migrated and printed."""
-    from npu_migrate.migrate.cli import summary as show
-    from npu_migrate.migrate.outputs import report_json
-    from npu_migrate.migrate.runner import RunResult
+    from . import summary as show
+    from ..outputs import report_json
+    from ..runner import RunResult
 
     name = options.stdin_filename or "-"
     where = Path(name)
@@ -34,8 +34,8 @@ def run_stdin(options: RunOptions) -> int:
                          "carries the migrated source")
     table = _load_table(options.opmap)
     ignored = options.ignored_in(where.resolve()) if options.ignored_in is not None and where.name != "-" else ()
-    from npu_migrate.migrate.engine import build_engine
-    from npu_migrate.migrate.runner import first_party_names
+    from ..engine import build_engine
+    from ..runner import first_party_names
 
     siblings = [p.name for p in where.resolve().parent.glob("*.py")] if where.name != "-" else []
     engine = build_engine(table, options.select, [*(options.ignore or ()), *ignored] or None,
@@ -43,8 +43,8 @@ def run_stdin(options: RunOptions) -> int:
     file_result = engine.migrate(rel, data)
     file_result.path = rel
     run = RunResult(where.resolve().parent if where.name != "-" else Path.cwd(), [file_result])
-    from npu_migrate.migrate.outputs.changes import Change
-    from npu_migrate.migrate.outputs.patch import build_patch
+    from ..outputs.changes import Change
+    from ..outputs.patch import build_patch
 
     changes = [Change(rel, file_result.original, file_result.migrated)] if file_result.status == "changed" else []
     report = report_json.build(run, changes)

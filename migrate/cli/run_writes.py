@@ -8,23 +8,23 @@ from typing import TYPE_CHECKING, Optional
 
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, confine
-from npu_migrate.migrate.console import console
-from npu_migrate.migrate.lifeline import terminate_as_interrupt
+from .. import exitcodes
+from .run_paths import ConfigError, Paths, confine
+from ..console import console
+from ..lifeline import terminate_as_interrupt
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.cli.run_options import RunOptions
+    from .run_options import RunOptions
 
 
 def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict] = None) -> bool:
     """Write the tree (or the in-place changes); returns whether Ctrl-C stopped the writing.
 
     The outcome lands in ``result.written`` either way, so the reports say what was written."""
-    from npu_migrate.migrate.outputs.in_place import write_in_place
-    from npu_migrate.migrate.outputs.journal import journal_dir
-    from npu_migrate.migrate.outputs.tree import STAGING_DIR, mark_unwritten, python_paths, write_tree
-    from npu_migrate.migrate.runner import WriteOutcome
+    from ..outputs.in_place import write_in_place
+    from ..outputs.journal import journal_dir
+    from ..outputs.tree import STAGING_DIR, mark_unwritten, python_paths, write_tree
+    from ..runner import WriteOutcome
 
     if paths.out_dir is None:
         result.written = WriteOutcome(str(paths.root), journal=str(journal_dir(paths.report_dir)))
@@ -52,8 +52,8 @@ def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, optio
                            talk) -> bool:
     """Write the reports and say where everything went (unless --quiet); returns whether the reports
     were written."""
-    from npu_migrate.migrate.outputs import PATCH_NAME, write_reports
-    from npu_migrate.migrate.outputs.patch import apply_command
+    from ..outputs import PATCH_NAME, write_reports
+    from ..outputs.patch import apply_command
 
     outcome = result.written
     try:
@@ -85,8 +85,8 @@ def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, optio
 
 def finish_in_place(path: Path, report_dir: Optional[Path], in_place: bool, resume: bool, revert: bool) -> int:
     """``--resume`` / ``--revert``: finish or undo an in-place run from its journal."""
-    from npu_migrate.migrate.outputs.in_place import finish_journal
-    from npu_migrate.migrate.outputs.lock import LockedError, locked
+    from ..outputs.in_place import finish_journal
+    from ..outputs.lock import LockedError, locked
 
     if not in_place or (resume and revert):
         raise ConfigError("--resume and --revert go with --in-place, one at a time")

@@ -14,7 +14,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from npu_migrate.migrate.cli.formats import attention_lines, statistics_rows
+from .formats import attention_lines, statistics_rows
 
 MAX_LISTED = 200  # --check lists at most this many sites (report.md has them all)
 

@@ -13,8 +13,8 @@ import bisect
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate.findings import Finding, Requirement
-from npu_migrate.opmap import Fallback, OpTable
+from ..findings import Finding, Requirement
+from ...opmap import Fallback, OpTable
 
 
 class FileSyntaxError(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
+from ..diagnostics import DiagnosticCode
 
 FIXTURES = "files"
 

@@ -12,10 +12,10 @@ import re
 import shlex
 from typing import List, Optional
 
-from npu_migrate.migrate.files.base import TextEdit
-from npu_migrate.migrate.files.declared import conda_spec, requirement
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell_words import ASSIGNMENT, Command, Shell, Word
+from .base import TextEdit
+from .declared import conda_spec, requirement
+from .environment import Launcher
+from .shell_words import ASSIGNMENT, Command, Shell, Word
 
 KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "time", "{", "}", "case",
             "esac", "coproc", "exec", "nohup", "sudo", "command", "builtin", "eval"}

@@ -12,9 +12,9 @@ from typing import List, Optional
 
 import yaml
 
-from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, conda_spec, declared, line_end
-from npu_migrate.migrate.files.packages import check_index, check_packages
+from .base import FileKind, FileSyntaxError, Scan, TextEdit
+from .declared import Declared, conda_spec, declared, line_end
+from .packages import check_index, check_packages
 
 _NAME = re.compile(r"(?i)^(environment|conda[-_]?(env|environment)?|env)([-_.][\w.-]*)?\.ya?ml$")
 

@@ -23,12 +23,12 @@ from typing import List, Optional, Tuple
 
 import yaml
 
-from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan, TextEdit
-from npu_migrate.migrate.files.commands import read_shell
-from npu_migrate.migrate.files.config_tree import MAP, SCALAR, SEQ, Node, json_tree, walk, yaml_tree
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell_words import parse
-from npu_migrate.opmap import Fallback
+from .base import FileKind, FileSyntaxError, Scan, TextEdit
+from .commands import read_shell
+from .config_tree import MAP, SCALAR, SEQ, Node, json_tree, walk, yaml_tree
+from .environment import Launcher
+from .shell_words import parse
+from ...opmap import Fallback
 
 UNREADABLE = "NPU139"
 SUFFIXES = (".yaml", ".yml", ".json")

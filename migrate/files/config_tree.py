@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import yaml
 
-from npu_migrate.migrate.files.base import FileSyntaxError
+from .base import FileSyntaxError
 
 MAP, SEQ, SCALAR = "map", "seq", "scalar"
 

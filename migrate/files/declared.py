@@ -14,8 +14,8 @@ from typing import Callable, Optional, Tuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from npu_migrate.migrate.files.base import TextEdit
-from npu_migrate.opmap.packages import normalise
+from .base import TextEdit
+from ...opmap.packages import normalise
 
 PIP, CONDA = "pip", "conda"
 

@@ -10,11 +10,11 @@ import json
 import re
 from typing import Dict, Iterator, List, Tuple
 
-from npu_migrate.migrate.files.base import FileKind, Scan
-from npu_migrate.migrate.files.commands import read_shell
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell import LAUNCHER_TRIGGERS
-from npu_migrate.migrate.files.shell_words import ASSIGNMENT, Command, Shell, Word, parse
+from .base import FileKind, Scan
+from .commands import read_shell
+from .environment import Launcher
+from .shell import LAUNCHER_TRIGGERS
+from .shell_words import ASSIGNMENT, Command, Shell, Word, parse
 
 _KEYWORD = re.compile(r"[ \t]*([A-Za-z]+)([ \t]+|$)")
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')

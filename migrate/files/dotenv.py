@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from npu_migrate.migrate.files.base import FileKind, Scan
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell import LAUNCHER_TRIGGERS
+from .base import FileKind, Scan
+from .environment import Launcher
+from .shell import LAUNCHER_TRIGGERS
 
 _LINE = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<name>[A-Za-z_][A-Za-z0-9_.]*)[ \t]*=[ \t]*(?P<value>.*?)[ \t]*$",
                    re.M)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import bisect
 from typing import Callable, List, Optional
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.engine import NOT_APPLIED_PLAN, error_result
-from npu_migrate.migrate.files.base import Facts, FileKind, FileSyntaxError, Scan, TextEdit, TextSite
-from npu_migrate.migrate.findings import FileResult, Finding
-from npu_migrate.migrate.suppressions import is_suppressed, suppressed_lines
-from npu_migrate.opmap import OpTable
+from .. import diagnostics
+from ..engine import NOT_APPLIED_PLAN, error_result
+from .base import Facts, FileKind, FileSyntaxError, Scan, TextEdit, TextSite
+from ..findings import FileResult, Finding
+from ..suppressions import is_suppressed, suppressed_lines
+from ...opmap import OpTable
 
 
 def _not_applied(site: TextSite, why: str) -> None:

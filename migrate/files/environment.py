@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from npu_migrate.migrate.files.base import Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared
-from npu_migrate.migrate.files.packages import check_index, check_packages
-from npu_migrate.opmap import EnvironmentRecord
-from npu_migrate.opmap.packages import normalise
+from .base import Scan, TextEdit
+from .declared import Declared
+from .packages import check_index, check_packages
+from ...opmap import EnvironmentRecord
+from ...opmap.packages import normalise
 
 
 _DEFAULT = re.compile(r"""^"?\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=](?P<default>[^}$`"']*)\}"?$""")

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from npu_migrate.migrate.files.base import FileKind
-from npu_migrate.migrate.files.conda_env import CondaEnvironment
-from npu_migrate.migrate.files.config_file import ConfigFile
-from npu_migrate.migrate.files.dockerfile import Dockerfile
-from npu_migrate.migrate.files.dotenv import DotEnv
-from npu_migrate.migrate.files.makefile import Makefile
-from npu_migrate.migrate.files.pyproject import Pyproject
-from npu_migrate.migrate.files.requirements_txt import Requirements
-from npu_migrate.migrate.files.setup_cfg import SetupCfg
-from npu_migrate.migrate.files.setup_py import SetupPy
-from npu_migrate.migrate.files.shell import ShellScript
+from .base import FileKind
+from .conda_env import CondaEnvironment
+from .config_file import ConfigFile
+from .dockerfile import Dockerfile
+from .dotenv import DotEnv
+from .makefile import Makefile
+from .pyproject import Pyproject
+from .requirements_txt import Requirements
+from .setup_cfg import SetupCfg
+from .setup_py import SetupPy
+from .shell import ShellScript
 
 KINDS: Tuple[FileKind, ...] = (
     Requirements(),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
-from npu_migrate.migrate.files.base import FileKind, Scan
-from npu_migrate.migrate.files.commands import read_shell
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell import LAUNCHER_TRIGGERS
-from npu_migrate.migrate.files.shell_words import Shell, parse
+from .base import FileKind, Scan
+from .commands import read_shell
+from .environment import Launcher
+from .shell import LAUNCHER_TRIGGERS
+from .shell_words import Shell, parse
 
 _ASSIGN = re.compile(r"^[ \t]*(?:(?:export|override)[ \t]+)*(?P<name>[A-Za-z_][A-Za-z0-9_]*)[ \t]*"
                      r"(?::{1,3}=|\?=|\+=|!=|=)[ \t]*(?P<value>.*?)[ \t]*$")

@@ -21,11 +21,11 @@ from typing import List, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from npu_migrate.migrate.files.base import Scan
-from npu_migrate.migrate.files.declared import CONDA, PIP, Declared, parse
-from npu_migrate.migrate.findings import Requirement
-from npu_migrate.opmap import Fallback
-from npu_migrate.opmap.reference import TorchNpuRelease, torch_npu_releases
+from .base import Scan
+from .declared import CONDA, PIP, Declared, parse
+from ..findings import Requirement
+from ...opmap import Fallback
+from ...opmap.reference import TorchNpuRelease, torch_npu_releases
 
 TORCH_NPU_REQUIREMENT, TORCH_NPU_UNMATCHED, OUTSIDE_RULE = "NPU220", "NPU132", "NPU136"
 BUILD_GROUPS = ("build-system",)  # building an extension needs torch, not torch-npu

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
-from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, declared, line_end, list_sibling
-from npu_migrate.migrate.files.packages import check_group, check_index, check_packages
-from npu_migrate.migrate.files.toml_values import Entry, TomlArray, TomlString, TomlTable, entries
+from .base import FileKind, FileSyntaxError, Scan, TextEdit
+from .declared import Declared, declared, line_end, list_sibling
+from .packages import check_group, check_index, check_packages
+from .toml_values import Entry, TomlArray, TomlString, TomlTable, entries
 
 try:
     import tomllib

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Iterator, List, Tuple
 
-from npu_migrate.migrate.files.base import FileKind, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, from_url, requirement as declaration
-from npu_migrate.migrate.files.packages import check_index, check_packages
+from .base import FileKind, Scan, TextEdit
+from .declared import Declared, from_url, requirement as declaration
+from .packages import check_index, check_packages
 
 _NAME = re.compile(r"(?i)^(.*[-_.])?(requirements?|reqs?|constraints?)([-_.].*)?\.(txt|in)$")
 _DIRS = ("requirements", "reqs")

@@ -18,17 +18,17 @@ import re
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.diffs import Change, file_diff
-from npu_migrate.migrate.engine import error_result
-from npu_migrate.migrate.files.base import Facts, FileKind
-from npu_migrate.migrate.files.engine import migrate_file
-from npu_migrate.migrate.files.kinds import BY_NAME, kind_of
-from npu_migrate.migrate.files.requirements_txt import includes
-from npu_migrate.migrate.findings import FileResult, Finding
-from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
-from npu_migrate.migrate.sources import SourceError, name_problem, read_source
-from npu_migrate.opmap import Fallback, OpTable
+from .. import diagnostics
+from ..diffs import Change, file_diff
+from ..engine import error_result
+from .base import Facts, FileKind
+from .engine import migrate_file
+from .kinds import BY_NAME, kind_of
+from .requirements_txt import includes
+from ..findings import FileResult, Finding
+from ..limits import FileTimeout, Limits, time_budget
+from ..sources import SourceError, name_problem, read_source
+from ...opmap import Fallback, OpTable
 
 HEAD_BYTES = 128  # enough for a #! line
 _IMPORTS_TORCH_NPU = re.compile(rb"^\s*(import\s+torch_npu\b|from\s+torch_npu\b)", re.M)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import List
 
-from npu_migrate.migrate.files.base import FileKind, Scan, TextEdit
-from npu_migrate.migrate.files.declared import Declared, declared, line_end
-from npu_migrate.migrate.files.packages import check_packages
+from .base import FileKind, Scan, TextEdit
+from .declared import Declared, declared, line_end
+from .packages import check_packages
 
 _SECTION = re.compile(r"^\[(?P<name>[^\]]+)\]")
 _KEY = re.compile(r"^(?P<key>[A-Za-z0-9_.-]+)[ \t]*[=:][ \t]*(?P<value>.*)$")

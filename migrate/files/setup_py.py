@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from npu_migrate.migrate.files.base import FileKind, FileSyntaxError, Scan
-from npu_migrate.migrate.files.declared import Declared, declared, list_sibling
-from npu_migrate.migrate.files.packages import check_packages
+from .base import FileKind, FileSyntaxError, Scan
+from .declared import Declared, declared, list_sibling
+from .packages import check_packages
 
 _KEYWORDS = {"install_requires": "install_requires", "setup_requires": "build-system",
              "tests_require": "tests_require"}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 
-from npu_migrate.migrate.files.base import FileKind, Scan
-from npu_migrate.migrate.files.commands import read_shell, slurm_directive
-from npu_migrate.migrate.files.environment import Launcher
-from npu_migrate.migrate.files.shell_words import parse
+from .base import FileKind, Scan
+from .commands import read_shell, slurm_directive
+from .environment import Launcher
+from .shell_words import parse
 
 SUFFIXES = (".sh", ".bash", ".zsh", ".ksh", ".slurm", ".sbatch", ".pbs")
 _SHEBANG = re.compile(rb"^#![ \t]*\S*/(env[ \t]+)?(ba|z|k|da|a)?sh\b")

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Tuple, Union
 
-from npu_migrate.migrate.files.base import FileSyntaxError
+from .base import FileSyntaxError
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _SCALAR = re.compile(r"[^,\]\}\s#]+")

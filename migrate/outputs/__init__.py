@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
 
-from npu_migrate.migrate.outputs.atomic import write_atomic
+from .atomic import write_atomic
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.runner import RunResult
+    from ..runner import RunResult
 
 PATCH_NAME = "changes.patch"
 JSON_NAME, MD_NAME, SARIF_NAME, HTML_NAME = "report.json", "report.md", "report.sarif", "report.html"
@@ -33,9 +33,9 @@ def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Option
     ``report`` is ``report_json.build(run)`` when the caller has it already; ``parity`` the JSON
     of a parity run, shown on the HTML page.
     """
-    from npu_migrate.migrate.outputs import report_html, report_json, report_md, report_sarif
-    from npu_migrate.migrate.helpers import is_helper_file
-    from npu_migrate.migrate.outputs.hunks import parse_patch
+    from . import report_html, report_json, report_md, report_sarif
+    from ..helpers import is_helper_file
+    from .hunks import parse_patch
 
     report = report if report is not None else report_json.build(run)
     diffs = parse_patch(patch, vendored=is_helper_file)
@@ -74,9 +74,9 @@ def read_json(path: Path, what: str) -> dict:
 def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[Path] = None) -> Path:
     """``report.html`` again from ``report.json`` and ``changes.patch`` in ``report_dir``; with a parity
     result (and no ``out``), ``report.md`` again too, showing it."""
-    from npu_migrate.migrate.outputs import report_html, report_json
-    from npu_migrate.migrate.helpers import is_helper_file
-    from npu_migrate.migrate.outputs.hunks import PatchError, parse_patch
+    from . import report_html, report_json
+    from ..helpers import is_helper_file
+    from .hunks import PatchError, parse_patch
 
     report_dir = Path(report_dir)
     report = read_json(report_dir / JSON_NAME, "report")
@@ -92,7 +92,7 @@ def rebuild_html(report_dir: Path, parity: Optional[dict] = None, out: Optional[
     target = Path(out) if out is not None else report_dir / HTML_NAME
     write_atomic(target, report_html.render(report, diffs, parity).encode("utf-8"))
     if out is None and parity is not None:  # the pull-request description shows the parity result too
-        from npu_migrate.migrate.outputs import report_md
+        from . import report_md
 
         write_atomic(report_dir / MD_NAME, report_md.render(report, parity).encode("utf-8"))
     return target

@@ -15,11 +15,11 @@ import stat
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.diffs import Change  # noqa: F401 (the outputs read it here)
-from npu_migrate.migrate.engine import error_result
-from npu_migrate.migrate.runner import RunResult
-from npu_migrate.migrate.sources import SourceError, read_source
+from .. import diagnostics
+from ..diffs import Change  # noqa: F401 (the outputs read it here)
+from ..engine import error_result
+from ..runner import RunResult
+from ..sources import SourceError, read_source
 
 HELPERS_DIR = Path(__file__).resolve().parents[1] / "helpers"
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from npu_migrate.migrate import catalogue as code_catalogue, diagnostics
+from .. import catalogue as code_catalogue, diagnostics
 
 ERROR, WARNING, NOTE = "error", "warning", "note"  # SARIF levels
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Dict, List
 
-from npu_migrate.migrate.files.codes import DEPENDENCY_CODES, ENVIRONMENT_CODES
-from npu_migrate.migrate.findings import PACKAGE_STATUSES
+from ..files.codes import DEPENDENCY_CODES, ENVIRONMENT_CODES
+from ..findings import PACKAGE_STATUSES
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.runner import RunResult
+    from ..runner import RunResult
 
 SEVERITY = {"unlisted": 0, "compatible": 1, "replace": 2, "unsupported": 3}  # a row shows its worst declaration
 

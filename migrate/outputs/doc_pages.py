@@ -23,9 +23,9 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from npu_migrate.migrate import catalogue, diagnostics
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.helpers import BESIDE, HELPER
+from .. import catalogue, diagnostics
+from ..diagnostics import DiagnosticCode
+from ..helpers import BESIDE, HELPER
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
 COMMAND = "python -m npu_migrate.migrate.outputs.doc_pages --write"
@@ -36,7 +36,7 @@ EXAMPLE, RECORDS, AFTER_EXAMPLE = "Example", "Op-table records", "Fix safety"
 
 def op_table_keys(table=None) -> Dict[str, Tuple[str, ...]]:
     """code → the api keys of the op-table records whose ``code:`` it is (residual.yaml's too)."""
-    from npu_migrate.opmap import load_table
+    from ...opmap import load_table
 
     table = table or load_table()
     keys: Dict[str, List[str]] = {}
@@ -133,7 +133,7 @@ def _file_finding(example: Path, code: str) -> Tuple[str, int, str]:
 
 def file_example_section(declared: DiagnosticCode, fixtures: Path) -> str:
     """The ``## Example`` of a dependency or launcher file's code (``fixtures/files/<CODE>_<slug>/``)."""
-    from npu_migrate.migrate.files.kinds import kind_of
+    from ..files.kinds import kind_of
 
     example = fixtures / declared.example_dir
     path, line, finding = _file_finding(example, declared.code)

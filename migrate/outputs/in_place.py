@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 from typing import Optional, Sequence
 
-from npu_migrate.migrate.discovery import git_toplevel, relative_dir
-from npu_migrate.migrate.outputs.atomic import OutputDir
-from npu_migrate.migrate.outputs.changes import Change
-from npu_migrate.migrate.outputs.journal import (ANALYSING, DONE, REVERTED, WRITING, Journal, JournalError,
+from ..discovery import git_toplevel, relative_dir
+from .atomic import OutputDir
+from .changes import Change
+from .journal import (ANALYSING, DONE, REVERTED, WRITING, Journal, JournalError,
                                                   describe_run, journal_dir)
-from npu_migrate.migrate.runner import WriteOutcome
+from ..runner import WriteOutcome
 
 
 class InPlaceRefused(Exception):

@@ -30,8 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from npu_migrate.migrate.outputs.atomic import FATAL_ERRNOS, OutputDir, write_atomic
-from npu_migrate.migrate.runner import WriteOutcome
+from .atomic import FATAL_ERRNOS, OutputDir, write_atomic
+from ..runner import WriteOutcome
 
 FORMAT = "npu-migrate-journal"
 VERSION = 2  # 2: the run is named; version 1 journals (no run) are still read

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from npu_migrate.migrate.diffs import NO_NEWLINE, Change, file_diff  # noqa: F401 (the patch's parts, read here too)
-from npu_migrate.migrate.discovery import git_toplevel
+from ..diffs import NO_NEWLINE, Change, file_diff  # noqa: F401 (the patch's parts, read here too)
+from ..discovery import git_toplevel
 
 def build_patch(changes: Sequence[Change]) -> str:
     return "".join(file_diff(c) for c in changes)

@@ -17,11 +17,11 @@ from html import escape
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from npu_migrate.migrate import __version__
-from npu_migrate.migrate.outputs.codes import catalogue
-from npu_migrate.migrate.outputs.hunks import FileDiff
-from npu_migrate.migrate.outputs import parity_result
-from npu_migrate.migrate.outputs.report_json import is_site, location
+from .. import __version__
+from .codes import catalogue
+from .hunks import FileDiff
+from . import parity_result
+from .report_json import is_site, location
 
 STATIC = Path(__file__).resolve().parent / "static"
 NONE = "none"  # the filter value of a finding without a plan or a safety

@@ -33,14 +33,14 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import PYTHON, SAFETIES
-from npu_migrate.migrate.outputs.dependencies import build as build_dependencies
-from npu_migrate.migrate.outputs.dependencies import summarize as dependency_counts
+from .. import diagnostics
+from ..findings import PYTHON, SAFETIES
+from .dependencies import build as build_dependencies
+from .dependencies import summarize as dependency_counts
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.findings import FileResult
-    from npu_migrate.migrate.runner import RunResult
+    from ..findings import FileResult
+    from ..runner import RunResult
 
 SCHEMA_VERSION = 4
 FINDING_KEYS = ("code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback",

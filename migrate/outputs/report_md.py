@@ -20,10 +20,10 @@ from collections import Counter
 from itertools import groupby
 from typing import Dict, List, Optional, Tuple
 
-from npu_migrate.migrate.findings import NUMERICS_CHANGING, SAFE
-from npu_migrate.migrate.outputs import parity_result
-from npu_migrate.migrate.outputs.codes import catalogue
-from npu_migrate.migrate.outputs.report_json import is_site, location
+from ..findings import NUMERICS_CHANGING, SAFE
+from . import parity_result
+from .codes import catalogue
+from .report_json import is_site, location
 
 MAX_CHARS = 60_000  # GitHub's pull-request body limit is 65,536; room for a note or a template
 SAFETY_NOTE = {SAFE: "safe", NUMERICS_CHANGING: "numerics-changing: prove it with `migrate parity`"}

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote
 
-from npu_migrate.migrate import HOMEPAGE, __version__
-from npu_migrate.migrate.discovery import git_toplevel
-from npu_migrate.migrate.helpers import BESIDE, HELPER
-from npu_migrate.migrate.outputs.codes import ERROR, NOTE, WARNING, CodeInfo, catalogue
-from npu_migrate.migrate.outputs.hunks import FileDiff, Hunk
+from .. import HOMEPAGE, __version__
+from ..discovery import git_toplevel
+from ..helpers import BESIDE, HELPER
+from .codes import ERROR, NOTE, WARNING, CodeInfo, catalogue
+from .hunks import FileDiff, Hunk
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"

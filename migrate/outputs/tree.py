@@ -22,12 +22,12 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import FileResult, Finding
-from npu_migrate.migrate.outputs.atomic import FATAL_ERRNOS, OutputDir
-from npu_migrate.migrate.outputs.changes import Change, helper_path
-from npu_migrate.migrate.runner import RunResult, WriteOutcome
-from npu_migrate.migrate.sources import SourceError, read_source
+from .. import diagnostics
+from ..findings import FileResult, Finding
+from .atomic import FATAL_ERRNOS, OutputDir
+from .changes import Change, helper_path
+from ..runner import RunResult, WriteOutcome
+from ..sources import SourceError, read_source
 
 
 def default_out_dir(root: Path) -> Path:

@@ -4,8 +4,8 @@
 renderable for the console. Nothing here prints.
 """
 
-from npu_migrate.migrate.parity.report import CaseResult, ParityReport, render
-from npu_migrate.migrate.parity.run import default_migrated, run_parity
-from npu_migrate.migrate.parity.spec import SpecError, load_spec
+from .report import CaseResult, ParityReport, render
+from .run import default_migrated, run_parity
+from .spec import SpecError, load_spec
 
 __all__ = ["CaseResult", "ParityReport", "SpecError", "default_migrated", "load_spec", "render", "run_parity"]

@@ -6,13 +6,13 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from npu_migrate.migrate.parity.criteria import Criteria, default_criteria
-from npu_migrate.migrate.parity.failures import ERROR, RAISED, SETUP, TIMED_OUT, UNSUPPORTED
-from npu_migrate.migrate.parity.localise import first_divergent
-from npu_migrate.migrate.parity.metrics import compare
-from npu_migrate.migrate.parity.precision import dtype_name, precision
-from npu_migrate.migrate.parity.report import CaseResult, TensorResult
-from npu_migrate.migrate.parity.spec import Case
+from .criteria import Criteria, default_criteria
+from .failures import ERROR, RAISED, SETUP, TIMED_OUT, UNSUPPORTED
+from .localise import first_divergent
+from .metrics import compare
+from .precision import dtype_name, precision
+from .report import CaseResult, TensorResult
+from .spec import Case
 
 
 def compare_tensors(kind: str, original: Dict[str, torch.Tensor], migrated: Dict[str, torch.Tensor],

@@ -37,7 +37,7 @@ from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from npu_migrate.opmap import reference
+from ...opmap import reference
 
 _DOUBLE = (torch.float64, torch.complex128)
 NPU_NAMESPACE = "npu"  # torch.ops.npu.*: the dispatcher ops of torch_npu (and of the emulator)

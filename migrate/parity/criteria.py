@@ -9,7 +9,7 @@ from typing import Dict, Optional
 
 import yaml
 
-from npu_migrate.migrate.parity.metrics import Metrics
+from .metrics import Metrics
 
 KEYS = ("cosine", "max_abs_err", "rel_err", "rel_err_share", "small_value")
 

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from npu_migrate.migrate.parity.coverage import OpTrace, exception_chain
-from npu_migrate.migrate.parity.resolve import inside
+from .coverage import OpTrace, exception_chain
+from .resolve import inside
 
 SETUP, UNSUPPORTED, ERROR = "setup", "not supported", "error"
 TIMED_OUT = "timed out"
@@ -62,7 +62,7 @@ def _describe(what: str, exc: BaseException) -> str:
 def unsupported(exc: BaseException, side: str) -> bool:
     """True when ``exc`` says the emulation (or, on the original side, the backing device) cannot
     run the model, rather than that the model's code is wrong."""
-    from npu_migrate.kernels.npu_api import NotEmulatedError
+    from ...kernels.npu_api import NotEmulatedError
 
     for error in exception_chain(exc):
         if isinstance(error, NotEmulatedError) or (isinstance(error, AttributeError) and NOT_EMULATED in str(error)):

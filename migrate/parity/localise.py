@@ -19,10 +19,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from npu_migrate.migrate.parity.coverage import exception_chain
-from npu_migrate.migrate.parity.criteria import Criteria
-from npu_migrate.migrate.parity.metrics import Metrics, compare
-from npu_migrate.migrate.parity.outputs import flatten
+from .coverage import exception_chain
+from .criteria import Criteria
+from .metrics import Metrics, compare
+from .outputs import flatten
 
 ROOT = "(model)"
 NEIGHBOURS = 2  # calls listed on each side of the first divergent one

@@ -9,11 +9,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from npu_migrate.migrate.parity.criteria import Criteria
-from npu_migrate.migrate.parity.failures import ERROR, SETUP
-from npu_migrate.migrate.parity.localise import Localisation
-from npu_migrate.migrate.parity.metrics import Metrics
-from npu_migrate.migrate.parity.sites import NOT_LOADED, NOT_PROVEN, SiteRecord, ran, records
+from .criteria import Criteria
+from .failures import ERROR, SETUP
+from .localise import Localisation
+from .metrics import Metrics
+from .sites import NOT_LOADED, NOT_PROVEN, SiteRecord, ran, records
 
 MAX_LISTED = 5  # failing tensors listed per case in the console
 

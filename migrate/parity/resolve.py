@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import torch
 
-from npu_migrate.migrate.parity.spec import Ref
+from .spec import Ref
 
 SHOWN_FILES = 3  # module files named when the migrated tree holds none of the model's code
 

@@ -17,13 +17,13 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from npu_migrate.migrate.parity.compare import compare_case
-from npu_migrate.migrate.parity.failures import TIMED_OUT
-from npu_migrate.migrate.parity.process import DONE, READY, START, STARTUP_SECONDS, Reaper, Worker, exited
-from npu_migrate.migrate.parity.report import ParityReport
-from npu_migrate.migrate.parity.sites import rewritten_sites
-from npu_migrate.migrate.parity.spec import SpecError, load_spec
-from npu_migrate.migrate.parity.worker import spec_runs
+from .compare import compare_case
+from .failures import TIMED_OUT
+from .process import DONE, READY, START, STARTUP_SECONDS, Reaper, Worker, exited
+from .report import ParityReport
+from .sites import rewritten_sites
+from .spec import SpecError, load_spec
+from .worker import spec_runs
 
 DEFAULT_TIMEOUT = 300.0  # seconds one run of a case may take when neither the spec nor --timeout says
 POLL_SECONDS = 0.1

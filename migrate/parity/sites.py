@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List
 
-from npu_migrate.migrate.findings import NUMERICS_CHANGING, fix_safety
-from npu_migrate.migrate.outputs.parity_result import ran  # noqa: F401 (one wording for every output)
+from ..findings import NUMERICS_CHANGING, fix_safety
+from ..outputs.parity_result import ran  # noqa: F401 (one wording for every output)
 
 HELPER_FILE = "npu_glue.py"
 # a site constant as the engine writes it: a JSON string "path:line:CODE"

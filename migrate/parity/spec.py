@@ -17,11 +17,11 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import yaml
 
-from npu_migrate.migrate.parity.changes import CHANGES
-from npu_migrate.migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
-from npu_migrate.migrate.parity.precision import AMP_DTYPES, amp_label
-from npu_migrate.migrate.parity.training import DEFAULT_LR, DEFAULT_OPTIMIZERS, DEFAULT_STEPS, LOSSES, OPTIMIZERS
-from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of, number_problem
+from .changes import CHANGES
+from .criteria import KEYS as CRITERIA_KEYS, supported_dtypes
+from .precision import AMP_DTYPES, amp_label
+from .training import DEFAULT_LR, DEFAULT_OPTIMIZERS, DEFAULT_STEPS, LOSSES, OPTIMIZERS
+from ...opmap.yaml_source import SchemaError, compose, line_of, number_problem
 
 CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "changes", "output",
              "tolerance")

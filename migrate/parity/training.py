@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable
 
 import torch
 
-from npu_migrate.migrate.parity.outputs import live_tensors
+from .outputs import live_tensors
 
 #: the projections' seed: not parity's seed 0 of the inputs, so that a declared input is never its own
 #: projection (a normalised output of a random input projected on that input has no gradient)

@@ -28,30 +28,30 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from torch.utils._pytree import tree_map
 
-from npu_migrate.migrate.parity import sites, training
-from npu_migrate.migrate.parity.changes import CHANGES
-from npu_migrate.migrate.parity.checkpoint import load_checkpoint
-from npu_migrate.migrate.parity.coverage import OpTrace
-from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
-from npu_migrate.migrate.parity.localise import ModuleRecorder
-from npu_migrate.migrate.parity.outputs import flatten, select
-from npu_migrate.migrate.parity.precision import Precision, cast_floating, precision
-from npu_migrate.migrate.parity.process import DONE, READY, START, progress_line
-from npu_migrate.migrate.parity.resolve import NotResolved, Resolver
-from npu_migrate.migrate.parity.spec import Case, Ref, TensorSpec, load_spec
+from . import sites, training
+from .changes import CHANGES
+from .checkpoint import load_checkpoint
+from .coverage import OpTrace
+from .failures import SETUP, CaseFailure, raised_where, stage
+from .localise import ModuleRecorder
+from .outputs import flatten, select
+from .precision import Precision, cast_floating, precision
+from .process import DONE, READY, START, progress_line
+from .resolve import NotResolved, Resolver
+from .spec import Case, Ref, TensorSpec, load_spec
 
 SEED = 0  # the model and the inputs are built from this seed
 
 
 # -- the emulation ------------------------------------------------------------------------------
 def activate(side: str, backing: str, trace: Optional[OpTrace]) -> None:
-    from npu_migrate import kernels
+    from ... import kernels
 
     if side == "migrated":
         kernels.activate(backing)
         torch_npu = sys.modules.get("torch_npu")
         if trace is not None and torch_npu is not None and getattr(torch_npu, "emulated", False):
-            from npu_migrate.kernels.registry import load_all
+            from ...kernels.registry import load_all
 
             for name in load_all():
                 fn = getattr(torch_npu, name, None)

@@ -12,7 +12,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable, List, Optional, Type
 
-from npu_migrate.migrate.rules.base import Rule
+from .base import Rule
 
 _NOT_RULES = {"base", "results"}
 # NPU4xx codes are notes and advice (DESIGN: "NPU4xx opt-in/noisy"): a run emits them only when

@@ -18,9 +18,9 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._scope import PACKAGE, TORCH, TorchScoped
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import TORCH_NPU, dotted, plan_of
+from ._scope import PACKAGE, TORCH, TorchScoped
+from ..view.syntax import code
+from ._table import TORCH_NPU, dotted, plan_of
 
 
 MESSAGE_CALLS = frozenset({"print", "log", "debug", "info", "warning", "warn", "error", "exception", "critical",

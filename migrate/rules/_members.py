@@ -13,8 +13,8 @@ from typing import ClassVar, List, Set
 import libcst as cst
 import libcst.matchers as m
 
-from npu_migrate.migrate.rules._table import dotted
-from npu_migrate.migrate.rules.base import Rule
+from ._table import dotted
+from .base import Rule
 
 TORCH_OWNERS = frozenset({"torch.Tensor", "torch.nn.Module", "torch.nn.modules.module.Module"})
 

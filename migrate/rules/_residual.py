@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Set
 
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.migrate.view.ops import Op
+from ..view import Value, View
+from ..view.ops import Op
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._table import plan_of
-from npu_migrate.migrate.rules.base import Rule
+from ._table import plan_of
+from .base import Rule
 
 TORCH_LIBRARIES = frozenset({
     "torch", "torch_npu", "torchvision", "torchaudio", "torchtext", "transformers", "accelerate", "lightning",

@@ -13,9 +13,9 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules.base import ImportSpec, Rule
-from npu_migrate.opmap import Fallback, OpRecord, OpTable
+from ..view.syntax import code
+from .base import ImportSpec, Rule
+from ...opmap import Fallback, OpRecord, OpTable
 
 TORCH_NPU = ImportSpec("torch_npu")
 REPORTED = ("unsupported", "fallback")

@@ -17,11 +17,11 @@ from typing import Callable, ClassVar, Dict, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import Code, Edit, ImportSpec, Replace, Site
-from npu_migrate.migrate.findings import Finding
-from npu_migrate.opmap import Fallback, OpRecord
+from ..context import FileContext
+from ..diagnostics import DiagnosticCode
+from ..edits import Code, Edit, ImportSpec, Replace, Site
+from ..findings import Finding
+from ...opmap import Fallback, OpRecord
 
 _VISITOR_NAMES: Dict[type, Tuple[str, ...]] = {}  # rule class -> names of its visit_/leave_ methods
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from npu_migrate.opmap import Fallback
+from ...opmap import Fallback
 
 
 @dataclass

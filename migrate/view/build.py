@@ -20,13 +20,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.defuse import defined
-from npu_migrate.migrate.view.normal import normalise
-from npu_migrate.migrate.view.values import Value
-from npu_migrate.migrate.view.scope import Scope, _params
-from npu_migrate.migrate.view.spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
-from npu_migrate.migrate.tree import children, walk
-from npu_migrate.migrate.view.ops import Op
+from ..defuse import defined
+from .normal import normalise
+from .values import Value
+from .scope import Scope, _params
+from .spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
+from ..tree import children, walk
+from .ops import Op
 
 INLINE_DEPTH = 3
 INLINE_STATEMENTS = 30

@@ -20,10 +20,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import SITE, code as template
-from npu_migrate.migrate.guarded import guarded_expression, region
-from npu_migrate.migrate.view.regions import VIEW_METHODS, Slice, enclosing_block, operand_code, slice_of
-from npu_migrate.migrate.view.syntax import code
+from ..edits import SITE, code as template
+from ..guarded import guarded_expression, region
+from .regions import VIEW_METHODS, Slice, enclosing_block, operand_code, slice_of
+from .syntax import code
 
 Written = Union[tuple, str]  # (guard, fused call, message[, imports the texts need]) or why not
 

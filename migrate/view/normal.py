@@ -26,9 +26,9 @@ from typing import Callable, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.view import shapes
-from npu_migrate.migrate.view.values import Value, derived, number, same_value
-from npu_migrate.migrate.view.ops import Op
+from . import shapes
+from .values import Value, derived, number, same_value
+from .ops import Op
 
 def _look_through(value):
     return value.input if value.op == Op.SAME and value.input is not None else value

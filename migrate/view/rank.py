@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.ops import Op
+from .values import number
+from .ops import Op
 
 DEPTH = 24
 #: ops whose result has the rank of their input

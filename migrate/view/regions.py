@@ -16,11 +16,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.parens import atom
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.migrate.tree import children as children_nodes
-from npu_migrate.migrate.view.ops import Op
+from ..parens import atom
+from .syntax import code
+from . import Value, View
+from ..tree import children as children_nodes
+from .ops import Op
 
 #: methods cheap enough to evaluate twice (guard and kernel call): views, no copies
 VIEW_METHODS = {"transpose", "permute", "view", "unsqueeze", "squeeze", "expand", "expand_as", "unflatten"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from npu_migrate.migrate.view.values import Value, derived, number, same_value
-from npu_migrate.migrate.view.ops import Op
+from .values import Value, derived, number, same_value
+from .ops import Op
 
 
 # -- channels of the last dim (rotary embedding) -------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Dict, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.view.ops import BY_TEXT
+from .ops import BY_TEXT
 
 Spec = Tuple[str, Tuple[str, ...]]
 

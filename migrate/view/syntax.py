@@ -6,7 +6,7 @@ from typing import Callable, Optional, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.tree import walk
+from ..tree import walk
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]  # a node -> its qualified name, when it names an import
 

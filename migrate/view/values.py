@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.view.ops import BY_TEXT, Op
+from .ops import BY_TEXT, Op
 
 if TYPE_CHECKING:
-    from npu_migrate.migrate.view.build import View
+    from .build import View
 
 
 @dataclass(eq=False)

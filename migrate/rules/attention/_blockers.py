@@ -9,9 +9,9 @@ from typing import Optional
 
 import libcst as cst
 
-from npu_migrate.migrate.view.syntax import arg, code, keyword_value, method
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.opmap import Fallback
+from ...view.syntax import arg, code, keyword_value, method
+from ..results import Blocked
+from ....opmap import Fallback
 
 BIAS_NAME = re.compile(r"bias|position|alibi|pse|rel", re.I)
 

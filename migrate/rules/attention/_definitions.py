@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from npu_migrate.migrate.view.syntax import Qualify, code, is_name, method
+from ...view.syntax import Qualify, code, is_name, method
 
 DROPOUT_MODULE = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
 

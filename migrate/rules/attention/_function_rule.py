@@ -8,8 +8,8 @@ from typing import List
 
 import libcst as cst
 
-from npu_migrate.migrate.rules.attention._match import match, unmatched_scores
-from npu_migrate.migrate.view.ops import Op
+from ._match import match, unmatched_scores
+from ...view.ops import Op
 
 SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax"}
 

@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from npu_migrate.migrate.view.syntax import names_in
+from ...view.syntax import names_in
 
 
 def blocks_of(stmt) -> List[cst.BaseSuite]:

@@ -23,13 +23,13 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.rules.attention._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.view import Value
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
+from ..results import Blocked
+from ...view.values import number
+from ...view.syntax import code
+from ...view import Value
+from ....opmap import Fallback
+from ...view.ops import Op
 
 NEGATIVE_INFINITY = ("math.inf", "torch.inf", "numpy.inf", "float.inf")
 UNDERFLOW_PLAN = Fallback("manual", (

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.rank import rank
-from npu_migrate.opmap import Fallback
+from ..results import Blocked
+from ...view.rank import rank
+from ....opmap import Fallback
 
 RANK_PLAN = Fallback("manual", (
     "Keep the original code (it runs on the NPU, unfused). npu_fusion_attention takes q, k and v as 4-D "

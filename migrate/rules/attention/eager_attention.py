@@ -31,25 +31,25 @@ from typing import List, Optional, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.defuse import read
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec, Replace, code as template
-from npu_migrate.migrate.guarded import region
-from npu_migrate.migrate.parens import atom
-from npu_migrate.migrate.rules.attention._blockers import MOVED_PLAN, probabilities_used
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.rules.attention._definitions import causal_alignment, is_tril_buffer
-from npu_migrate.migrate.rules.attention._match import Attention, repeated_heads
-from npu_migrate.migrate.rules.attention._rank import RANK_PLAN, Shaped, shaped
-from npu_migrate.migrate.rules.attention._function_rule import FunctionRule
-from npu_migrate.migrate.view.emit import sited
-from npu_migrate.migrate.rules.attention._later_uses import load_sites_after
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.migrate.view.ops import Op
+from ...context import HELPER
+from ...defuse import read
+from ...diagnostics import DiagnosticCode
+from ...edits import ImportSpec, Replace, code as template
+from ...guarded import region
+from ...parens import atom
+from ._blockers import MOVED_PLAN, probabilities_used
+from ..results import Blocked
+from ._definitions import causal_alignment, is_tril_buffer
+from ._match import Attention, repeated_heads
+from ._rank import RANK_PLAN, Shaped, shaped
+from ._function_rule import FunctionRule
+from ...view.emit import sited
+from ._later_uses import load_sites_after
+from ...view.values import number
+from ...view.regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
+from ...view.syntax import code
+from ..base import Rule
+from ...view.ops import Op
 
 TARGET = "torch_npu.npu_fusion_attention"
 RECORD = "pattern.attention.eager"  # its op-table record (a status other than fused turns the rule off)

@@ -7,11 +7,11 @@ from typing import List
 
 import libcst as cst
 
-from npu_migrate.migrate.rules.attention._match import has_transposed_product, is_scores
-from npu_migrate.migrate.tree import walk
-from npu_migrate.migrate.rules._residual import Family, peel, values
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.migrate.view.ops import Op
+from ._match import has_transposed_product, is_scores
+from ...tree import walk
+from .._residual import Family, peel, values
+from ...view import Value, View
+from ...view.ops import Op
 
 
 def _attention(view: View) -> List[Value]:

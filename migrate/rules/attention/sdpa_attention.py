@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec, code as template
-from npu_migrate.migrate.view.emit import sited
-from npu_migrate.migrate.rules.base import Rule
+from ...diagnostics import DiagnosticCode
+from ...edits import ImportSpec, code as template
+from ...view.emit import sited
+from ..base import Rule
 
 API = "torch.nn.functional.scaled_dot_product_attention"
 TARGET = "torch_npu.npu_fusion_attention"

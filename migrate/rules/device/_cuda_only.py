@@ -27,12 +27,12 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.rules._literals import string_value
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import covering_record, dotted, reroot
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.migrate.tree import walk
+from ...context import FileContext
+from .._literals import string_value
+from ...view.syntax import code
+from .._table import covering_record, dotted, reroot
+from ..base import Rule
+from ...tree import walk
 
 # op-table codes of CUDA-only code: extensions, Triton, flash_attn, xformers, apex, bitsandbytes,
 # mamba_ssm, CUDA graphs / inductor Triton, float8, Helion, CuPy & co.

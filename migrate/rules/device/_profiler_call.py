@@ -18,9 +18,9 @@ from typing import Callable, List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._literals import string_value
-from npu_migrate.migrate.view.syntax import code, keyword_value
-from npu_migrate.migrate.rules._table import dotted
+from .._literals import string_value
+from ...view.syntax import code, keyword_value
+from .._table import dotted
 
 NPU = "torch_npu.profiler"
 PROFILE = frozenset({"torch.profiler.profile", "torch.profiler.profiler.profile"})

@@ -14,10 +14,10 @@ import re
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._literals import LiteralRule, literal_sites, string_value
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import plan_of
+from ...diagnostics import DiagnosticCode
+from .._literals import LiteralRule, literal_sites, string_value
+from ...view.syntax import code
+from .._table import plan_of
 
 RECORD = "pattern.device.lightning_accelerator"
 

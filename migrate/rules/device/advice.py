@@ -16,11 +16,11 @@ from typing import Callable, Dict, Optional
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._literals import last_identifier, string_value
-from npu_migrate.migrate.view.syntax import int_value, keyword_value
-from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, dotted
-from npu_migrate.migrate.rules.device.device_string import DeviceString
+from ...diagnostics import DiagnosticCode
+from .._literals import last_identifier, string_value
+from ...view.syntax import int_value, keyword_value
+from .._table import REPORTED, TableNameRule, dotted
+from .device_string import DeviceString
 
 NON_BLOCKING, RESHAPE = "pattern.advice.non_blocking", "pattern.advice.reshape"
 OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adadelta", "RMSprop")

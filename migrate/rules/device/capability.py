@@ -25,10 +25,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import TableNameRule, dotted
+from ...context import FileContext
+from ...diagnostics import DiagnosticCode
+from ...view.syntax import code
+from .._table import TableNameRule, dotted
 
 CAPABILITY = "torch.cuda.get_device_capability"
 PROPERTIES = "torch.cuda.get_device_properties"

@@ -9,10 +9,10 @@ Two uses are left to other rules, because renaming them would send an NPU down a
 ``torch.cuda.is_available()`` that guards CUDA-only code (NPU207: it stays False on an NPU).
 """
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules.device._cuda_only import CudaOnlyGuards
-from npu_migrate.migrate.rules._table import TableNameRule
-from npu_migrate.migrate.rules.device.capability import is_properties_field
+from ...diagnostics import DiagnosticCode
+from ._cuda_only import CudaOnlyGuards
+from .._table import TableNameRule
+from .capability import is_properties_field
 
 
 class CudaApi(CudaOnlyGuards, TableNameRule):

@@ -21,10 +21,10 @@ from typing import Dict, Optional
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import Code
-from npu_migrate.migrate.view.syntax import keyword_value
-from npu_migrate.migrate.rules._table import TORCH_NPU, TableNameRule
+from ...diagnostics import DiagnosticCode
+from ...edits import Code
+from ...view.syntax import keyword_value
+from .._table import TORCH_NPU, TableNameRule
 
 NPU = '"npu"'
 # the API -> (its device parameter, how many positional arguments the call has when it names none)

@@ -3,10 +3,10 @@
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._members import MemberRule
-from npu_migrate.migrate.rules._scope import TorchScoped
-from npu_migrate.migrate.rules._table import TORCH_NPU
+from ...diagnostics import DiagnosticCode
+from .._members import MemberRule
+from .._scope import TorchScoped
+from .._table import TORCH_NPU
 
 
 class CudaMethod(TorchScoped, MemberRule):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules.device._cuda_only import cuda_only_guards
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import plan_of
-from npu_migrate.migrate.rules.base import Rule
+from ...diagnostics import DiagnosticCode
+from ._cuda_only import cuda_only_guards
+from ...view.syntax import code
+from .._table import plan_of
+from ..base import Rule
 
 RECORD = "pattern.device.cuda_only_guard"
 

@@ -19,10 +19,10 @@ import re
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules.device._cuda_only import CudaOnlyGuards
-from npu_migrate.migrate.rules._literals import LiteralRule
-from npu_migrate.migrate.rules._table import dotted
+from ...diagnostics import DiagnosticCode
+from ._cuda_only import CudaOnlyGuards
+from .._literals import LiteralRule
+from .._table import dotted
 
 
 class DeviceString(CudaOnlyGuards, LiteralRule):

@@ -15,10 +15,10 @@ other. What it cannot follow is reported here, once per import:
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._scope import TORCH_LIBRARIES
-from npu_migrate.migrate.rules._table import plan_of
-from npu_migrate.migrate.rules.base import Rule
+from ...diagnostics import DiagnosticCode
+from .._scope import TORCH_LIBRARIES
+from .._table import plan_of
+from ..base import Rule
 
 RECORD = "pattern.import.hidden"
 

@@ -3,11 +3,11 @@ it: on an NPU it stays False) and outside torch code (``_scope``: reported, not 
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules.device._cuda_only import CudaOnlyGuards
-from npu_migrate.migrate.rules._members import MemberRule
-from npu_migrate.migrate.rules._scope import TorchScoped
-from npu_migrate.migrate.rules._table import TORCH_NPU
+from ...diagnostics import DiagnosticCode
+from ._cuda_only import CudaOnlyGuards
+from .._members import MemberRule
+from .._scope import TorchScoped
+from .._table import TORCH_NPU
 
 
 class IsCuda(CudaOnlyGuards, TorchScoped, MemberRule):

@@ -7,9 +7,9 @@ key) is kept and reported."""
 
 import re
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._literals import LiteralRule
-from npu_migrate.migrate.rules._table import TableNameRule
+from ...diagnostics import DiagnosticCode
+from .._literals import LiteralRule
+from .._table import TableNameRule
 
 _ONE = r"((cpu|cuda):)?(nccl|NCCL|gloo|mpi|ucc|hccl)"
 

@@ -20,13 +20,13 @@ from typing import List, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec, Replace
-from npu_migrate.migrate.rules._literals import string_value
-from npu_migrate.migrate.rules.device._profiler_call import PROFILE, ProfileCall, activity, qualified
-from npu_migrate.migrate.view.syntax import code, keyword_value
-from npu_migrate.migrate.rules._table import dotted, plan_of
-from npu_migrate.migrate.rules.base import Rule
+from ...diagnostics import DiagnosticCode
+from ...edits import ImportSpec, Replace
+from .._literals import string_value
+from ._profiler_call import PROFILE, ProfileCall, activity, qualified
+from ...view.syntax import code, keyword_value
+from .._table import dotted, plan_of
+from ..base import Rule
 
 KEPT, OUTSIDE = "pattern.profiler.kept", "pattern.profiler.outside_profile"
 ACTION = frozenset({"torch.profiler.ProfilerAction", "torch.profiler.profiler.ProfilerAction"})

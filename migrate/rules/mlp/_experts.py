@@ -22,8 +22,8 @@ from typing import Callable, Optional
 import libcst as cst
 import libcst.helpers  # noqa: F401 (cst.helpers)
 
-from npu_migrate.migrate.edits import Splice, code as template
-from npu_migrate.migrate.view.emit import sited
+from ...edits import Splice, code as template
+from ...view.emit import sited
 
 DECORATOR = "transformers.integrations.moe.use_experts_implementation"
 DECORATOR_NAMES = (DECORATOR, "transformers.integrations.use_experts_implementation")

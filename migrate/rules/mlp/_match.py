@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.values import number, same_value
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ..results import Blocked
+from ...view.values import number, same_value
+from ...view import Value, View
+from ....opmap import Fallback
+from ...view.ops import Op
 
 #: the view's ops for activations, and the kind each is
 ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.ACT: "runtime", Op.RELU: "relu"}  # (sigmoid gates: not GLUs)

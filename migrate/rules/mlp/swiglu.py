@@ -27,21 +27,21 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.defuse import read
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import Replace, Splice, code as template
-from npu_migrate.migrate.guarded import region
-from npu_migrate.migrate.parens import atom
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.emit import sited
-from npu_migrate.migrate.view.regions import _statement_index, enclosing_block, interior
-from npu_migrate.migrate.rules.mlp._experts import experts_gate, last_statement
-from npu_migrate.migrate.rules.mlp._match import Gated, gated_in
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ...context import HELPER
+from ...defuse import read
+from ...diagnostics import DiagnosticCode
+from ...edits import Replace, Splice, code as template
+from ...guarded import region
+from ...parens import atom
+from ..results import Blocked
+from ...view.emit import sited
+from ...view.regions import _statement_index, enclosing_block, interior
+from ._experts import experts_gate, last_statement
+from ._match import Gated, gated_in
+from ...view.syntax import code
+from ..base import Rule
+from ....opmap import Fallback
+from ...view.ops import Op
 
 REPORT = "NPU331"
 HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})

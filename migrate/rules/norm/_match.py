@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Set, Tuple
 
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.shapes import equal
-from npu_migrate.migrate.view.regions import interior
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.view import Value
-from npu_migrate.migrate.view.ops import Op
+from ...view.values import number
+from ...view.shapes import equal
+from ...view.regions import interior
+from ...view.syntax import code
+from ...view import Value
+from ...view.ops import Op
 
 FLOAT32 = ("torch.float32", "torch.float")
 HALVES = ("torch.float16", "torch.half")

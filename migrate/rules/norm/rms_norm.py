@@ -30,17 +30,17 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.view.emit import emit, operand_text, sited
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.regions import interior
-from npu_migrate.migrate.rules.norm._match import GENERIC, Mismatch, Norm, has_eps, is_core, match
-from npu_migrate.migrate.rules._table import TORCH_NPU
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ...context import HELPER
+from ...diagnostics import DiagnosticCode
+from ...edits import code as template
+from ...view.emit import emit, operand_text, sited
+from ...view.values import number
+from ...view.regions import interior
+from ._match import GENERIC, Mismatch, Norm, has_eps, is_core, match
+from .._table import TORCH_NPU
+from ..base import Rule
+from ....opmap import Fallback
+from ...view.ops import Op
 
 FUSED, REPORT = "NPU320", "NPU321"
 TARGET = "torch_npu.npu_rms_norm"

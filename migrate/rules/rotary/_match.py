@@ -24,10 +24,10 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.shapes import equal
-from npu_migrate.migrate.view import Value
-from npu_migrate.migrate.view.ops import Op
+from ...view.values import number
+from ...view.shapes import equal
+from ...view import Value
+from ...view.ops import Op
 
 HALF, INTERLEAVE = "half", "interleave"
 FULL, PAIRS, COMPLEX = "full", "pairs", "complex"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from npu_migrate.migrate.rules._residual import Family, peel, values
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.migrate.view.ops import Op
+from .._residual import Family, peel, values
+from ...view import Value, View
+from ...view.ops import Op
 
 
 def _is_rotation(value: Optional[Value]) -> bool:

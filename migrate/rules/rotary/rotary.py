@@ -25,16 +25,16 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
-from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec
-from npu_migrate.migrate.view.emit import emit, operand_text, sited
-from npu_migrate.migrate.view.regions import statement_of
-from npu_migrate.migrate.rules.rotary._match import COMPLEX, FULL, Rope, ropes, unmatched
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ...context import HELPER
+from ...diagnostics import DiagnosticCode
+from ...edits import ImportSpec
+from ...view.emit import emit, operand_text, sited
+from ...view.regions import statement_of
+from ._match import COMPLEX, FULL, Rope, ropes, unmatched
+from ...view.syntax import code
+from ..base import Rule
+from ....opmap import Fallback
+from ...view.ops import Op
 
 FUSED, REPORTED = "NPU310", "NPU311"
 TARGET = "torch_npu.npu_rotary_mul"

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view import Value
-from npu_migrate.migrate.view.ops import Op
+from ...view.values import number
+from ...view import Value
+from ...view.ops import Op
 
 
 @dataclass

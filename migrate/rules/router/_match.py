@@ -23,12 +23,12 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.rules.router._groups import Groups, masked
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ..results import Blocked
+from ...view.values import number
+from ._groups import Groups, masked
+from ...view import Value, View
+from ....opmap import Fallback
+from ...view.ops import Op
 
 WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
 

@@ -9,10 +9,10 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.view.regions import Slice, interior, operand_code
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.view.ops import Op
+from ...edits import code as template
+from ...view.regions import Slice, interior, operand_code
+from ...view.syntax import code
+from ...view.ops import Op
 
 TEMP = "_npu_weights"  # the kernel's weights when the original computes more from them in the same statement
 

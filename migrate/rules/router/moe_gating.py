@@ -33,23 +33,23 @@ from typing import Dict, List, Optional, Set, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.context import HELPER
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.guarded import region
-from npu_migrate.migrate.parens import atom
-from npu_migrate.migrate.rules.results import Blocked
-from npu_migrate.migrate.view.values import number
-from npu_migrate.migrate.view.emit import sited
-from npu_migrate.migrate.view.regions import Slice, operand_code, statement_of
-from npu_migrate.migrate.rules.router._region import TEMP, bound, branching, env_after, named, router_slice, tail_of
-from npu_migrate.migrate.rules.router._match import Router, names_a_router, routers_in
-from npu_migrate.migrate.view.spellings import CAST_METHODS
-from npu_migrate.migrate.view.syntax import code
-from npu_migrate.migrate.rules._table import TORCH_NPU
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap import Fallback
-from npu_migrate.migrate.view.ops import Op
+from ...context import HELPER
+from ...diagnostics import DiagnosticCode
+from ...edits import code as template
+from ...guarded import region
+from ...parens import atom
+from ..results import Blocked
+from ...view.values import number
+from ...view.emit import sited
+from ...view.regions import Slice, operand_code, statement_of
+from ._region import TEMP, bound, branching, env_after, named, router_slice, tail_of
+from ._match import Router, names_a_router, routers_in
+from ...view.spellings import CAST_METHODS
+from ...view.syntax import code
+from .._table import TORCH_NPU
+from ..base import Rule
+from ....opmap import Fallback
+from ...view.ops import Op
 
 REPORT = "NPU341"
 NOTE = "npu-migrate NPU340: fused MoE gating where npu_glue proves it exact, else the original"

@@ -7,9 +7,9 @@ from typing import List
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._residual import Family, peel, values
-from npu_migrate.migrate.view import Value, View
-from npu_migrate.migrate.view.ops import Op
+from .._residual import Family, peel, values
+from ...view import Value, View
+from ...view.ops import Op
 
 
 def _weights_discarded(view: View, topk: Value) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._literals import string_value
-from npu_migrate.migrate.view.syntax import keyword_value
-from npu_migrate.migrate.rules._table import REPORTED, TableNameRule, dotted
+from ...diagnostics import DiagnosticCode
+from .._literals import string_value
+from ...view.syntax import keyword_value
+from .._table import REPORTED, TableNameRule, dotted
 
 CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 CUDA_GRAPH_OPTIONS = frozenset({"triton.cudagraphs", "triton.cudagraph_trees"})

@@ -8,9 +8,9 @@ from typing import Set
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._members import MemberRule
-from npu_migrate.migrate.rules._table import TableNameRule
+from ...diagnostics import DiagnosticCode
+from .._members import MemberRule
+from .._table import TableNameRule
 
 
 class Float64(TableNameRule, MemberRule):

@@ -17,11 +17,11 @@ from typing import FrozenSet
 
 import libcst as cst
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.view.syntax import keyword_value
-from npu_migrate.migrate.rules._table import dotted, plan_of
-from npu_migrate.migrate.rules.base import Rule
-from npu_migrate.opmap.reference import ATEN_OPS_WITH_NPU_KERNELS, lines
+from ...diagnostics import DiagnosticCode
+from ...view.syntax import keyword_value
+from .._table import dotted, plan_of
+from ..base import Rule
+from ....opmap.reference import ATEN_OPS_WITH_NPU_KERNELS, lines
 
 RECORD = "pattern.optim.fused"
 FUSED_OPS = {"torch.optim.Adam": "_fused_adam_", "torch.optim.AdamW": "_fused_adamw_",

@@ -15,8 +15,8 @@ from typing import Set
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.rules._table import REEXPORTED, REPORTED, TableNameRule, covering_record, dotted, reroot
+from ...diagnostics import DiagnosticCode
+from .._table import REEXPORTED, REPORTED, TableNameRule, covering_record, dotted, reroot
 
 # torch's own CUDA-only names (Triton ops, float8, FlexAttention, matmuls without NPU kernels):
 # their imports are reported too, as a library's are
