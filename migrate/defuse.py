@@ -18,6 +18,7 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Set
 import libcst as cst
 
 from .names import target_names
+from .refusal import Refusal, RefusalKind
 from .tree import children, walk
 
 _LOOPS = (cst.For, cst.While)
@@ -140,7 +141,7 @@ def reads_after(scope: cst.CSTNode, block: cst.CSTNode, end: int, skip: Set[int]
 def region_problem(scope: cst.CSTNode, block, start: int, end: int, hoisted: Sequence[int],
                    fused_reads: Set[str], fused_defines: Set[str], fused_returns: bool = False,
                    reads_at: Optional[Mapping[str, int]] = None, fallback_defines: Set[str] = frozenset(),
-                   replaced: Optional[cst.CSTNode] = None) -> Optional[str]:
+                   replaced: Optional[cst.CSTNode] = None) -> Optional[Refusal]:
     """Why moving ``block.body[start:end]`` behind ``if guard: fused`` would change the meaning, or
     None when it keeps it. ``fused_reads``: names the guard and the fused statements read;
     ``fused_defines``: names the fused statements bind; ``reads_at``: for a name, the statement at
@@ -156,25 +157,31 @@ def region_problem(scope: cst.CSTNode, block, start: int, end: int, hoisted: Seq
         sets = ", ".join(f"`{n}`" for n in sorted(defined([stmt]))) or "nothing"
         uses = read([stmt]) & defined(before)
         if uses:
-            return (f"the statement that sets {sets} reads `{sorted(uses)[0]}`, which the statements before it "
-                    "compute, so the fused call cannot have it first")
+            return Refusal(RefusalKind.HOISTED_READS_EARLIER,
+                           f"the statement that sets {sets} reads `{sorted(uses)[0]}`, which the statements before it "
+                           "compute, so the fused call cannot have it first", sorted(uses)[0])
         clash = defined([stmt]) & (read(before) | defined(before))
         if clash:
-            return f"`{sorted(clash)[0]}` is set both inside the computation and by a statement the fused call needs first"
+            return Refusal(RefusalKind.HOISTED_CLASH, f"`{sorted(clash)[0]}` is set both inside the computation and by a "
+                           "statement the fused call needs first", sorted(clash)[0])
     at = reads_at or {}
     stale = {name for name in fused_reads for i in range(start, min(end, at.get(name, end)))
              if i not in hoisted and name in defined([body[i]])}
     if stale:
         name = sorted(stale)[0]
-        return f"the fused call would read `{name}` from before the region, but the original redefines it first"
+        return Refusal(RefusalKind.STALE_READ,
+                       f"the fused call would read `{name}` from before the region, but the original redefines it first", name)
     if jumps(moved) and not fused_returns:
-        return "the statements leave the region early (return, break, raise or yield), which the fused path would skip"
+        return Refusal(RefusalKind.EARLY_EXIT,
+                       "the statements leave the region early (return, break, raise or yield), which the fused path would skip")
     if fused_returns:
         return None
     later = reads_after(scope, block, end, {id(replaced)} if replaced is not None else frozenset())
     one_sided = ((moved_defines | fallback_defines) ^ fused_defines) & later
     if one_sided:
         name = sorted(one_sided)[0]
-        side = "the original" if name in moved_defines | fallback_defines else "the fused"
-        return f"`{name}` is read after the region but only {side} branch defines it"
+        original = name in moved_defines | fallback_defines
+        kind = RefusalKind.READ_AFTER_ORIGINAL_ONLY if original else RefusalKind.READ_AFTER_FUSED_ONLY
+        side = "the original" if original else "the fused"
+        return Refusal(kind, f"`{name}` is read after the region but only {side} branch defines it", name)
     return None

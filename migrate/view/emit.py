@@ -15,13 +15,13 @@ The rule writes the guard and the fused call from operand source valid where the
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
 from ..edits import SITE, code as template
 from ..guarded import guarded_expression, region
+from ..refusal import Refusal, RefusalKind
 from .regions import VIEW_METHODS, Slice, enclosing_block, operand_code, slice_of
 from .syntax import code
 
@@ -136,20 +136,16 @@ def emit(rule, view, root, operands: Sequence, write: Callable[[Slice], Written]
     return why or "the computation is not available where a guard could run"
 
 
-READ_AFTER = re.compile(r"`(\w+)` is read after the region but only the original branch defines it")
-
-
-def _hoistable(view, piece: Slice, problem: str) -> Optional[Slice]:
+def _hoistable(view, piece: Slice, problem: Refusal) -> Optional[Slice]:
     """``piece`` with the statement that binds a name read after the region hoisted before the guard,
     when that statement is ``name = <cheap expression>`` (``input_dtype = x.dtype``), else None."""
-    found = READ_AFTER.search(problem)
-    if found is None:
+    if not isinstance(problem, Refusal) or problem.kind is not RefusalKind.READ_AFTER_ORIGINAL_ONLY:
         return None
     for index in range(piece.start, piece.end - 1):
         stmt = piece.block.body[index]
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
-                and small.targets[0].target.value == found.group(1) and cheap(small.value) and index not in piece.hoisted:
+                and small.targets[0].target.value == problem.name and cheap(small.value) and index not in piece.hoisted:
             return Slice(view, piece.block, piece.start, piece.end, tuple(sorted((*piece.hoisted, index))))
     return None
 
