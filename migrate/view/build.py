@@ -20,13 +20,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from ..defuse import defined
 from .normal import normalise
 from .values import Value
 from .scope import Scope, _params
 from .spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
-from ..tree import children, walk
+from ..tree import children
 from .ops import Op
+from .syntax import assigned_names, body_of, decorated, dotted, ends_in_return, in_place, in_place_receiver, literal, walk_names
 
 INLINE_DEPTH = 3
 INLINE_STATEMENTS = 30
@@ -62,10 +62,10 @@ class View:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.small(small, top)
-        elif isinstance(stmt, cst.If) and top and stmt.orelse is None and _ends_in_return(stmt.body):
+        elif isinstance(stmt, cst.If) and top and stmt.orelse is None and ends_in_return(stmt.body):
             test = self.value(stmt.test)
             before = dict(self.env)
-            body = _body(stmt.body)
+            body = body_of(stmt.body)
             self.block(body[:-1], False)
             returned = body[-1].body[0].value
             if returned is not None and not self.opaque_exit:
@@ -76,31 +76,31 @@ class View:
         elif isinstance(stmt, cst.If):
             self.value(stmt.test)
             before = dict(self.env)
-            self.block(_body(stmt.body), False)
+            self.block(body_of(stmt.body), False)
             then_env, self.env = self.env, dict(before)
             if isinstance(stmt.orelse, cst.If):
                 self.statement(stmt.orelse, False)
             elif isinstance(stmt.orelse, cst.Else):
-                self.block(_body(stmt.orelse.body), False)
+                self.block(body_of(stmt.orelse.body), False)
             self._merge(stmt.test, then_env, self.env)
         elif isinstance(stmt, (cst.For, cst.While)):
             if isinstance(stmt, cst.For):
                 self.value(stmt.iter)
-            assigned = _assigned(stmt)
+            assigned = assigned_names(stmt)
             for name in assigned:
                 self.env[name] = Value(Op.OPAQUE, name=name, view=self)  # loop-carried
-            self.block(_body(stmt.body), False)
+            self.block(body_of(stmt.body), False)
             for name in assigned:
                 self.env[name] = Value(Op.OPAQUE, name=name, view=self)
         elif isinstance(stmt, cst.With):
             for item in stmt.items:
                 self.value(item.item)
-            self.block(_body(stmt.body), top)
+            self.block(body_of(stmt.body), top)
         elif isinstance(stmt, (cst.Try, cst.TryStar)):
-            assigned = _assigned(stmt)
-            self.block(_body(stmt.body), False)
+            assigned = assigned_names(stmt)
+            self.block(body_of(stmt.body), False)
             for handler in stmt.handlers:
-                self.block(_body(handler.body), False)
+                self.block(body_of(handler.body), False)
             for name in assigned:
                 self.env[name] = Value(Op.OPAQUE, name=name, view=self)
         elif isinstance(stmt, cst.FunctionDef):
@@ -140,7 +140,7 @@ class View:
                 self.opaque_exit = True
         elif isinstance(small, cst.Expr):
             value = self.value(small.value)
-            receiver = _in_place_receiver(small.value)
+            receiver = in_place_receiver(small.value)
             if receiver is not None and receiver in self.env:  # x.scatter_(...): x now holds the result
                 old = self.env[receiver]
                 for name, bound in list(self.env.items()):
@@ -165,7 +165,7 @@ class View:
             self.value(target)  # self.x = ..., x[i] = ...: reads only
 
     def _opaque_targets(self, target: cst.CSTNode) -> None:
-        for node in _walk_names(target):
+        for node in walk_names(target):
             self.env[node] = Value(Op.OPAQUE, name=node, view=self)
 
     # -- expressions ------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class View:
 
     def _call(self, node: cst.Call) -> Value:
         func = node.func
-        qualified = self.scope.qualify(func) if _dotted(func) else None
+        qualified = self.scope.qualify(func) if dotted(func) else None
         if qualified in FUNCTIONS:
             op, params = FUNCTIONS[qualified]
             kw = self._arguments(node, params)
@@ -289,7 +289,7 @@ class View:
             receiver = self.value(func.value)
             method = func.attr.value
             is_self = receiver.op == Op.PARAM and receiver.name in ("self", "cls")  # a module, not a tensor
-            spec = METHODS.get(method) or (METHODS.get(method[:-1]) if _in_place(method) else None)
+            spec = METHODS.get(method) or (METHODS.get(method[:-1]) if in_place(method) else None)
             if receiver.op not in (Op.NAME, Op.FREE) and not is_self and spec is not None:
                 op, params = spec
                 kw = self._arguments(node, params)
@@ -326,7 +326,7 @@ class View:
             extra = {}
             if op == "softmax" and isinstance(made, cst.Call):
                 dims = [a.value for a in made.args if (a.keyword is None or a.keyword.value == "dim")]
-                dim = _literal(dims[0]) if dims else None
+                dim = literal(dims[0]) if dims else None
                 if dim is not None:  # a constant of __init__: no node of this function
                     extra["dim"] = Value(Op.CONST, view=self, number=dim)
             return op, extra
@@ -345,8 +345,8 @@ class View:
         elif callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM \
                 and callee.input.name == "self" and callee.name in self.scope.methods:
             func = self.scope.methods[callee.name]
-            bound_self = [] if _decorated(func, "staticmethod") else [callee.input]
-        if func is None or func is self.func or len(_body(func.body)) > INLINE_STATEMENTS:
+            bound_self = [] if decorated(func, "staticmethod") else [callee.input]
+        if func is None or func is self.func or len(body_of(func.body)) > INLINE_STATEMENTS:
             return None
         params = [p.name.value for p in _params(func)]
         given = [*bound_self, *args]
@@ -373,63 +373,3 @@ class View:
     def home(self, value: Value) -> bool:
         """Whether ``value`` is computed by code of this function (not of an inlined helper)."""
         return value.view is self and value.node is not None
-
-
-def _literal(node: cst.CSTNode) -> Optional[float]:
-    """The value of an int/float literal, possibly negated."""
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _literal(node.expression)
-        return None if inner is None else -inner
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    return None
-
-
-def _ends_in_return(suite) -> bool:
-    """The block's last statement is a plain ``return`` and it has no other return."""
-    body = _body(suite)
-    if not body or not isinstance(body[-1], cst.SimpleStatementLine) or len(body[-1].body) != 1 \
-            or not isinstance(body[-1].body[0], cst.Return):
-        return False
-    return sum(isinstance(n, cst.Return) for s in body for n in walk(s)) == 1
-
-
-def _decorated(func: cst.FunctionDef, name: str) -> bool:
-    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in func.decorators)
-def _in_place(method: str) -> bool:
-    """``scatter_``, ``masked_fill_``: the in-place variant of a method (not a dunder)."""
-    return method.endswith("_") and not method.endswith("__")
-
-
-def _in_place_receiver(node: cst.CSTNode) -> Optional[str]:
-    """``x`` for a statement ``x.<method>_(...)`` that updates the local tensor ``x`` in place."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
-            and _in_place(node.func.attr.value):
-        return node.func.value.value
-    return None
-
-
-def _dotted(node: cst.CSTNode) -> bool:
-    """A pure ``a.b.c`` chain (``f().b`` is not: its name is not a qualified name)."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return isinstance(node, cst.Name)
-
-
-def _body(suite) -> Sequence[cst.BaseStatement]:
-    return suite.body if isinstance(suite, cst.IndentedBlock) else ()
-
-
-def _walk_names(node: cst.CSTNode) -> List[str]:
-    found, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Name):
-            found.append(current.value)
-        stack.extend(children(current))
-    return found
-
-
-def _assigned(stmt: cst.CSTNode) -> List[str]:
-    """Names assigned anywhere in a compound statement (not in nested functions)."""
-    return sorted(defined([stmt]))
