@@ -59,7 +59,7 @@ class Code:
         return tuple(node for _, node in self.holes)
 
 
-def code(text: str, **holes: cst.CSTNode) -> Code:
+def template(text: str, **holes: cst.CSTNode) -> Code:
     return Code(text, tuple(holes.items()))
 
 

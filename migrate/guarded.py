@@ -26,7 +26,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Union
 import libcst as cst
 
 from .defuse import defined, read, region_problem
-from .edits import Code, Guarded, Replace, code
+from .edits import Code, Guarded, Replace, template
 from .parens import settle
 
 HOLE = re.compile(r"\{(\w+)\}")
@@ -123,4 +123,4 @@ def guarded_expression(node: cst.BaseExpression, guard: str, fused: str, *, pare
     ``parenthesize``: the parentheses that make it read as one value inside a larger expression
     (without them, it is still parenthesised where its place needs it: ``migrate.parens.landing``)."""
     text = f"{fused} if {guard} else {{orig}}"
-    return Replace(node, code(f"({text})" if parenthesize else text, orig=node))
+    return Replace(node, template(f"({text})" if parenthesize else text, orig=node))

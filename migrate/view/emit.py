@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
-from ..edits import SITE, code as template
+from ..edits import SITE, template
 from ..guarded import guarded_expression, region
 from ..refusal import Refusal, RefusalKind
 from .regions import VIEW_METHODS, Slice, enclosing_block, operand_code, slice_of

@@ -8,7 +8,7 @@ import pytest
 
 from npu_migrate.migrate import apply as apply_module
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import Splice, code
+from npu_migrate.migrate.edits import Splice, template as code
 from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules.base import Rule

@@ -3,7 +3,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec, code
+from npu_migrate.migrate.edits import ImportSpec, template as code
 from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback, OpRecord, OpTable

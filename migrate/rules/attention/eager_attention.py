@@ -34,7 +34,7 @@ import libcst as cst
 from ...context import HELPER
 from ...defuse import read
 from ...diagnostics import DiagnosticCode
-from ...edits import ImportSpec, Replace, code as template
+from ...edits import ImportSpec, Replace, template
 from ...guarded import region
 from ...parens import atom
 from ._blockers import MOVED_PLAN, probabilities_used

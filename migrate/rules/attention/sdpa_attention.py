@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...diagnostics import DiagnosticCode
-from ...edits import ImportSpec, code as template
+from ...edits import ImportSpec, template
 from ...view.emit import sited
 from ..base import Rule
 

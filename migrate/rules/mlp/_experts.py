@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import libcst as cst
 import libcst.helpers  # noqa: F401 (cst.helpers)
 
-from ...edits import Splice, code as template
+from ...edits import Splice, template
 from ...view.emit import sited
 
 DECORATOR = "transformers.integrations.moe.use_experts_implementation"

@@ -29,7 +29,7 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import Replace, Splice, code as template
+from ...edits import Replace, Splice, template
 from ...guarded import region
 from ...parens import atom
 from ..results import Blocked

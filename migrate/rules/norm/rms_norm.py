@@ -32,7 +32,7 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import code as template
+from ...edits import template
 from ...view.emit import emit, operand_text, sited
 from ...view.values import number
 from ...view.regions import interior

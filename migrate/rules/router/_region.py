@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import libcst as cst
 
-from ...edits import code as template
+from ...edits import template
 from ...view.regions import Slice, interior, operand_code
 from ...view.syntax import code
 from ...view.ops import Op

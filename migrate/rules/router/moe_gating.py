@@ -35,7 +35,7 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import code as template
+from ...edits import template
 from ...guarded import region
 from ...parens import atom
 from ..results import Blocked
