@@ -1,11 +1,15 @@
 """The shared floor of the residual detectors (``rules/<family>/residual.py``): a ``Family`` declares
 what the residual pass (``migrate/residual.py``) looks for in each function and how it reports a
-component no rule of the family covered; ``peel`` and ``values`` are the detectors' common readers."""
+component no rule of the family covered; ``peel`` and ``values`` are the detectors' common readers.
+
+A family names its rules; the codes that cover a detection and the code a residual finding gets are
+derived from their declarations (every code the rules declare; the one code they report without
+rewriting), so a new code of a family's rule covers its detections without a second list."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, List, Optional, Set
+from typing import Callable, FrozenSet, List, Optional, Set, Tuple
 
 from ..view import Value, View
 from ..view.ops import Op
@@ -14,12 +18,28 @@ from ..view.ops import Op
 @dataclass(frozen=True)
 class Family:
     name: str
-    codes: FrozenSet[str]  # a finding with one of these codes covers a detection
-    report: str  # the code a residual finding gets
-    record: str  # its op-table record (summary and plan)
+    rules: Tuple[type, ...]  # the family's rules (``Rule`` classes): their codes cover a detection
+    record: str  # the op-table record of a residual finding (summary and plan)
     words: FrozenSet[str]  # the function must name one of these for the detector to run
     detect: Callable[[View], List[Value]]
     form: Callable[[Value], str]
+    also: FrozenSet[str] = frozenset()  # codes of other rules that cover it too (a library reported instead)
+
+    def __post_init__(self) -> None:
+        reported = [d.code for rule in self.rules for d in rule.declarations if not d.rewrites]
+        if len(reported) != 1:
+            raise ValueError(f"family {self.name}: its rules must report exactly one code without rewriting, "
+                             f"not {reported}")
+
+    @property
+    def codes(self) -> FrozenSet[str]:
+        """A finding with one of these codes covers a detection."""
+        return frozenset(code for rule in self.rules for code in rule.codes) | self.also
+
+    @property
+    def report(self) -> str:
+        """The code a residual finding gets: the one code of the family's rules that reports."""
+        return next(d.code for rule in self.rules for d in rule.declarations if not d.rewrites)
 
 
 def peel(value: Optional[Value], ops=(Op.CAST, Op.SAME)) -> Optional[Value]:

@@ -7,6 +7,7 @@ from typing import List, Optional
 from .._residual import Family, peel, values
 from ...view import Value, View
 from ...view.ops import Op
+from .swiglu import SwiGlu
 
 PROJECTIONS = (Op.LINEAR, Op.MATMUL, Op.CALL, Op.ITEM, Op.GETITEM)
 ACTIVATIONS = (Op.SILU, Op.GELU, Op.ACT)
@@ -29,7 +30,7 @@ def _gated_mlp(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "gated_mlp", frozenset({"NPU330", "NPU331"}), "NPU331", "pattern.gated_mlp.unrecognised",
+    "gated_mlp", (SwiGlu,), "pattern.gated_mlp.unrecognised",
     frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
     lambda v: "act(projection) · projection",
 )

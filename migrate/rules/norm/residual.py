@@ -8,6 +8,7 @@ from typing import List, Optional
 from .._residual import Family, peel, values
 from ...view import Value, View
 from ...view.ops import Op
+from .rms_norm import RmsNorm
 
 
 def _mean_of_square(value: Optional[Value]) -> bool:
@@ -30,7 +31,7 @@ def _rms_norm(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "rms_norm", frozenset({"NPU320", "NPU321"}), "NPU321", "pattern.rms_norm.unrecognised",
+    "rms_norm", (RmsNorm,), "pattern.rms_norm.unrecognised",
     frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
     lambda v: "nn.RMSNorm module" if v.op == Op.RMS_NORM_MODULE else "x · rsqrt(mean(x²) + eps)",
 )

@@ -8,6 +8,7 @@ from typing import List, Optional
 from .._residual import Family, peel, values
 from ...view import Value, View
 from ...view.ops import Op
+from .rotary import Rotary
 
 
 def _is_rotation(value: Optional[Value]) -> bool:
@@ -58,7 +59,7 @@ def _rotary(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "rotary", frozenset({"NPU310", "NPU311"}), "NPU311", "pattern.rotary.unrecognised",
+    "rotary", (Rotary,), "pattern.rotary.unrecognised",
     frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
     lambda v: "complex rotation" if v.op == Op.MUL else "x·cos ± rotate(x)·sin",
 )

@@ -10,6 +10,7 @@ import libcst as cst
 from .._residual import Family, peel, values
 from ...view import Value, View
 from ...view.ops import Op
+from .moe_gating import MoeGating
 
 
 def _weights_discarded(view: View, topk: Value) -> bool:
@@ -41,6 +42,6 @@ def _router(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "router", frozenset({"NPU340", "NPU341"}), "NPU341", "pattern.router.unrecognised",
+    "router", (MoeGating,), "pattern.router.unrecognised",
     frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
 )
