@@ -6,7 +6,7 @@ view whose code that node is in, and the small readers every matcher uses (``num
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import libcst as cst
 
@@ -64,3 +64,18 @@ def same_value(a, b) -> bool:
 def derived(value, op, kw, same_node: bool = True):
     """``op(kw)`` in place of ``value``; ``same_node``: the value's source denotes the new value too."""
     return Value(op, kw, node=value.node if same_node else None, view=value.view)
+
+
+def reaches(value: Optional[Value], found: Callable[[Value], bool], depth: int) -> bool:
+    """Whether a value ``found`` accepts computes part of ``value``, at most ``depth`` arguments down
+    (through masks, scales and branches: ``phi``)."""
+    stack, seen = [(value, 0)], set()
+    while stack:
+        current, level = stack.pop()
+        if current is None or id(current) in seen or level > depth:
+            continue
+        seen.add(id(current))
+        if found(current):
+            return True
+        stack.extend((child, level + 1) for child in current.kw.values())
+    return False

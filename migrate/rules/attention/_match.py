@@ -25,7 +25,7 @@ import libcst as cst
 
 from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
 from ..results import Blocked
-from ...view.values import number
+from ...view.values import number, reaches
 from ...view.syntax import code
 from ...view import Value
 from ....opmap import Fallback
@@ -403,17 +403,8 @@ def unmatched_scores(softmax: Value) -> Optional[Blocked]:
 
 
 def has_transposed_product(value: Value, depth: int = 12) -> bool:
-    stack, seen = [(value, 0)], set()
-    while stack:
-        current, level = stack.pop()
-        if current is None or id(current) in seen or level > depth:
-            continue
-        seen.add(id(current))
-        if current.op in (Op.MATMUL, Op.BADDBMM) and (current["other"] is None or current["other"].op == Op.TRANSPOSED
-                                                    or current.op == Op.BADDBMM):
-            return True
-        stack.extend((child, level + 1) for child in current.kw.values())
-    return False
+    return reaches(value, lambda v: v.op in (Op.MATMUL, Op.BADDBMM) and (
+        v["other"] is None or v["other"].op == Op.TRANSPOSED or v.op == Op.BADDBMM), depth)
 
 
 def match(out: Value):

@@ -14,6 +14,7 @@ from ...view import Value, View
 from ...view.ops import Op
 from .eager_attention import EagerAttention
 from .sdpa_attention import SdpaAttention
+from ...view.values import reaches
 
 
 def _attention(view: View) -> List[Value]:
@@ -46,18 +47,9 @@ def _attribute_softmax(view: View) -> List[Value]:
     return found
 
 
-def _reaches(value: Value, op: str, depth: int = 16) -> bool:
+def _reaches(value: Value, op: Op, depth: int = 16) -> bool:
     """Whether ``op`` computes part of ``value`` (through masks, scales and branches: ``phi``)."""
-    stack, seen = [(value, 0)], set()
-    while stack:
-        current, level = stack.pop()
-        if current is None or id(current) in seen or level > depth:
-            continue
-        seen.add(id(current))
-        if current.op == op:
-            return True
-        stack.extend((child, level + 1) for child in current.kw.values())
-    return False
+    return reaches(value, lambda v: v.op == op, depth)
 
 
 def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
