@@ -19,7 +19,7 @@ PACKAGES = {"migrate": "npu_migrate.migrate", "opmap": "npu_migrate.opmap"}
 TOP = "npu_migrate.migrate"
 
 #: The floors of the rewriting side, lowest first: each imports only floors listed before it.
-FLOORS = ("tree", "edits", "defuse", "guarded", "view", "context", "rules", "residual", "catalogue",
+FLOORS = ("tree", "refusal", "edits", "defuse", "guarded", "view", "context", "rules", "residual", "catalogue",
           "engine", "diffs", "runner", "outputs", "cli")
 FAMILIES = ("device", "unsupported", "attention", "rotary", "norm", "mlp", "router")
 
