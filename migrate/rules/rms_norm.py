@@ -17,7 +17,8 @@ that dtype depends on a branch (T5) the guard requires equal dtypes. Gemma's ``1
 factor), which has a backward on an NPU: ``npu_gemma_rms_norm`` has none, so training would lose
 the fusion; it stays only for a result promoted from x's and the weight's dtypes (inference only).
 ``torch.nn.RMSNorm`` modules
-and subclasses are built from ``npu_glue.RMSNorm``, whose forward does the same.
+and subclasses are built from ``npu_glue.RMSNorm`` (``.at(site=...)`` to construct, ``.base(site=...)``
+to subclass), whose forward does the same and counts its calls at the site.
 
 Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
 reduction dim, LayerNorm-style centring, several factors, no eps, a float32 result never cast back,
@@ -32,7 +33,7 @@ import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.edits import SITE, code as template
 from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import interior
@@ -260,14 +261,16 @@ class RmsNorm(Rule):
     # -- torch.nn.RMSNorm -----------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.is_helper and self.qualified_name(node.func) == MODULE and not self.ctx.migrated(node):
-            self._module(node.func, "nn.RMSNorm module")
+            self._module(node.func, "nn.RMSNorm module", "at")
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             if not self.ctx.is_helper and base.keyword is None and self.qualified_name(base.value) == MODULE:
-                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}")
+                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}", "base")
 
-    def _module(self, node: cst.CSTNode, what: str) -> None:
-        self.replace(node, template(f"{HELPER}.RMSNorm"), f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in "
-                                                          "its forward where it computes the same; same state dict)",
-                     target=TARGET, api=MODULE, helpers=[HELPER])
+    def _module(self, node: cst.CSTNode, what: str, how: str) -> None:
+        """``torch.nn.RMSNorm`` → ``npu_glue.RMSNorm.at(site=...)`` (a construction) or
+        ``npu_glue.RMSNorm.base(site=...)`` (a base class): the module counts its forwards at the site."""
+        self.replace(node, template(f"{HELPER}.RMSNorm.{how}(site={SITE})"),
+                     f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in its forward where it computes the same; "
+                     "same state dict)", target=TARGET, api=MODULE, helpers=[HELPER])
