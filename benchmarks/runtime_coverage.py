@@ -1,7 +1,8 @@
 """Which fused kernels run, per site, in the modes people train and serve in; and the error against
 the original (issue 19).
 
-Tiny transformers models (2 layers, eager attention) of each family are migrated by ``migrate run``
+Tiny transformers models (2 layers, eager attention) of each family (stablelm with partial rotary:
+half of each head rotated, the rest passed through) are migrated by ``migrate run``
 (the installed ``models/<family>`` directories copied into the scratch directory; the installed
 package is never written) and run beside the original under the emulated NPU, in each mode:
 float32, bfloat16, AMP bfloat16 and AMP float16 inference (float32 weights under ``torch.autocast``),
@@ -61,6 +62,7 @@ FAMILIES = {  # family -> (config class name, model class name, config changes)
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"partial_rotary_factor": 0.5}),  # partial rotary
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
                   {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
