@@ -32,9 +32,10 @@ run in: attention's q, k, v are cast to autocast's dtype (its matmuls and SDPA a
 lower-precision list), rotary computes in the promotion of x's and the tables' dtypes (its
 elementwise products are on no list), RMSNorm takes a float32 weight with a half x.
 
-The trade-off, measured on the emulator by ``benchmarks/state_changes.py``, is in the repository's
-``docs/design.md`` ("Derived state"): a cache keyed on identity, version and address is faster
-by one copy of the weights per step and silently wrong after a fused optimizer step.
+The trade-off, measured on the emulator, is in npu-migrate's ``docs/design.md`` ("Derived state"):
+per call, one copy of the gate and up activations, and one device->host sync where a mask's values
+must be checked (a verdict kept per tensor cost one per forward), against caches that are silently
+wrong after a fused optimizer step or a ``.data`` write.
 
 What ran, per site: every guard gets its site, ``site="path:line:CODE"`` (the finding of
 ``migrate run`` that rewrote it), and counts per site the calls that took the fused path and, for

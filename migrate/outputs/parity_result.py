@@ -1,13 +1,14 @@
 """A ``migrate parity --json`` result as the reports show it: one row per case, the same figures on
 report.html, in report.md and (from the same tensors) in the terminal's table: outputs, gradients
-(the loss and the parameters' gradients) and the outputs after an optimizer step, each counted apart."""
+(the losses and the parameters' gradients), the outputs after the optimizer steps and the outputs after
+the state changes, each counted apart."""
 
 from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-COLUMNS = ("case", "dtype", "result", "outputs", "gradients", "after step", "first divergent module",
-           "CPU fallback ops", "problems")
+COLUMNS = ("case", "dtype", "result", "outputs", "gradients", "after step", "state changes",
+           "first divergent module", "CPU fallback ops", "problems")
 
 
 def metric(tensors: List[dict]) -> str:
@@ -32,6 +33,7 @@ def rows(parity: Optional[dict]) -> List[Dict[str, str]]:
             "result": "PASS" if case.get("passed") else "FAIL",
             "outputs": metric(case.get("outputs", [])), "gradients": metric(case.get("gradients", [])),
             "after step": metric(case.get("after_step", [])),
+            "state changes": metric(case.get("after_change", [])),
             "first divergent module": str(divergent.get("module", "-")),
             "CPU fallback ops": fallback or "none",
             "problems": "; ".join([*case.get("errors", []), *case.get("weight_problems", [])]),

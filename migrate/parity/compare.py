@@ -73,9 +73,13 @@ def compare_case(case: Case, label: str, original: Optional[dict], migrated: Opt
     result.tensors = compare_tensors("output", original["outputs"], migrated["outputs"], criteria)
     if case.train:
         o, m = original["train"], migrated["train"]
-        result.tensors += compare_tensors("loss", {"loss": o["loss"]}, {"loss": m["loss"]}, criteria)
+        result.tensors += compare_tensors("loss", o["loss"], m["loss"], criteria)
         result.tensors += compare_tensors("grad", o["grads"], m["grads"], criteria)
         result.tensors += compare_tensors("after_step", o["after_step"], m["after_step"], criteria)
+    if case.changes:
+        o, m = original["changes"], migrated["changes"]
+        result.tensors += compare_tensors("after_change", o["outputs"], m["outputs"], criteria)
+        result.not_applicable = list(o["not_applicable"])
     if not result.passed:
         result.first_divergent = first_divergent(original["modules"], migrated["modules"], criteria)
     return result

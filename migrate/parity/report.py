@@ -20,9 +20,10 @@ MAX_LISTED = 5  # failing tensors listed per case in the console
 
 @dataclass
 class TensorResult:
-    """One compared tensor: a model output, the loss, a gradient or an output after the step."""
+    """One compared tensor: a model output, a training loss, a gradient, an output after the training
+    steps or an output after a state change (named ``<change>/<output>``)."""
 
-    kind: str  # "output" | "loss" | "grad" | "after_step"
+    kind: str  # "output" | "loss" | "grad" | "after_step" | "after_change"
     name: str
     metrics: Optional[Metrics]
     failure: Optional[str] = None  # why it fails; None when it passes
@@ -56,6 +57,7 @@ class CaseResult:
     coverage: Dict[str, Dict[str, int]] = field(default_factory=dict)
     failure_kind: Optional[str] = None  # why a side produced no results (parity.failures kinds)
     raised_in: Optional[Dict[str, Any]] = None  # where a forward raised: side, module, call, op, at, error
+    not_applicable: List[str] = field(default_factory=list)  # state changes the model has nothing for
     sites: Dict[str, dict] = field(default_factory=dict)  # site -> calls, fused, fallbacks (parity.sites)
     loaded: List[str] = field(default_factory=list)  # the migrated tree's files the run imported
 
@@ -94,6 +96,8 @@ class CaseResult:
             "outputs": [t.to_json() for t in self.of_kind("output")],
             "gradients": [t.to_json() for t in self.of_kind("loss", "grad")],
             "after_step": [t.to_json() for t in self.of_kind("after_step")],
+            "after_change": [t.to_json() for t in self.of_kind("after_change")],
+            "changes_not_applicable": self.not_applicable,
             "first_divergent_module": self.first_divergent.to_json() if self.first_divergent else None,
             "raised_in": self.raised_in,
             "op_coverage": self.coverage,
@@ -211,8 +215,11 @@ VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), 
                  "not supported": ("NOT SUPPORTED", "bold yellow"), "timed out": ("TIMED OUT", "bold red")}
 # column -> (minimum width, wrap): names and figures stay on one line; op lists fold
 COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
-           "gradients": (24, False), "after step": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
+           "gradients": (24, False), "after step": (24, False), "state changes": (24, False),
+           "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
            "CPU fallback ops": (16, True), "float64": (8, True)}
+# columns left out of the table when no case has a figure for them (no training, no state changes)
+OPTIONAL_COLUMNS = ("gradients", "after step", "state changes")
 
 
 def _where(case: CaseResult) -> str:
@@ -226,23 +233,31 @@ def _where(case: CaseResult) -> str:
 def render(report: ParityReport) -> Group:
     """The report as a Rich renderable: a summary table, then what went wrong in failing cases."""
     table = Table(title=f"parity: {report.migrated} vs {report.original} (backing {report.backing})")
-    for column, (width, wrap) in COLUMNS.items():
-        table.add_column(column, min_width=width, no_wrap=not wrap, overflow="fold")
+    rows = []
     for case in report.cases:
         label, style = VERDICT_STYLE[case.verdict]
         coverage = case.coverage
-        table.add_row(
+        rows.append((
             case.name,
             case.dtype,
             Text(label, style=style),
             _worst(case.of_kind("output")) if not case.errors else case.verdict,
             _worst(case.of_kind("loss", "grad")),  # the same tensors as report.html's and report.md's columns
             _worst(case.of_kind("after_step")),
+            _worst(case.of_kind("after_change")),
             _where(case),
             _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
             _ops(coverage.get("fallback_ops", {})) if coverage else "-",
             _ops(coverage.get("float64_ops", {})) if coverage else "-",
-        )
+        ))
+    shown = [i for i, column in enumerate(COLUMNS)
+             if column not in OPTIONAL_COLUMNS or any(row[i] != "-" for row in rows)]
+    for i in shown:
+        column = list(COLUMNS)[i]
+        width, wrap = COLUMNS[column]
+        table.add_column(column, min_width=width, no_wrap=not wrap, overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
     parts: List[Any] = [table]
     for case in report.cases:
         if not case.passed:

@@ -17,11 +17,16 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import yaml
 
+from npu_migrate.migrate.parity.changes import CHANGES
 from npu_migrate.migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
 from npu_migrate.migrate.parity.precision import AMP_DTYPES, amp_label
+from npu_migrate.migrate.parity.training import DEFAULT_LR, DEFAULT_OPTIMIZERS, DEFAULT_STEPS, LOSSES, OPTIMIZERS
 from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of, number_problem
 
-CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "output", "tolerance")
+CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "changes", "output",
+             "tolerance")
+TRAIN_KEYS = ("optimizers", "steps", "lr", "loss")
+MAX_STEPS = 100
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
 PROCESS_KEYS = ("timeout",)  # how a case's runs are run (parity.run): seconds one run may take
 MAX_INPUT_ELEMENTS = 1 << 26  # a declared input's size cap: 64 Mi elements (256 MiB in float32)
@@ -63,6 +68,17 @@ class TensorSpec:
     high: Optional[float] = None
 
 
+@dataclass(frozen=True)
+class Training:
+    """The training step (``train: true`` or a mapping of these keys): ``steps`` steps of each optimizer
+    in ``optimizers`` (each from the case's weights) on the ``loss`` (``parity.training``)."""
+
+    optimizers: Tuple[str, ...] = DEFAULT_OPTIMIZERS
+    steps: int = DEFAULT_STEPS
+    lr: float = DEFAULT_LR
+    loss: str = "projection"
+
+
 @dataclass
 class Case:
     name: str
@@ -71,7 +87,8 @@ class Case:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     dtypes: List[str] = field(default_factory=lambda: ["float32"])  # run labels (parity.precision)
     weights: Optional[Path] = None  # a checkpoint file or directory, loaded into the original
-    train: bool = False
+    train: Optional[Training] = None  # None: no training step
+    changes: Tuple[str, ...] = ()  # parity.changes names, applied one by one between forward passes
     output: Optional[Union[str, int]] = None
     tolerance: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # dtype -> overrides + reason
     line: int = 0
@@ -209,11 +226,8 @@ class _Checker:
         if "amp" in items:
             dtypes = self.amp(items["amp"], "dtypes" in items)
         weights = self.weights(items["weights"]) if "weights" in items else None
-        train = False
-        if "train" in items:
-            train = self.value(items["train"])
-            if not isinstance(train, bool):
-                self.error(items["train"], f"train must be true or false, got {train!r}")
+        train = self.training(items["train"]) if "train" in items else None
+        changes = self.changes(items["changes"]) if "changes" in items else ()
         output = None
         if "output" in items:
             output = self.value(items["output"])
@@ -222,7 +236,59 @@ class _Checker:
         tolerance = self.tolerance(items["tolerance"], dtypes) if "tolerance" in items else {}
         if self.problems:
             return None
-        return Case(name, factory, inputs, kwargs, dtypes, weights, train, output, tolerance, line_of(node))
+        return Case(name, factory, inputs, kwargs, dtypes, weights, train, changes, output, tolerance, line_of(node))
+
+    def training(self, node: yaml.Node) -> Optional[Training]:
+        if isinstance(node, yaml.ScalarNode):
+            value = self.value(node)
+            if not isinstance(value, bool):
+                self.error(node, f"train must be true, false or a mapping of {', '.join(TRAIN_KEYS)}, got {value!r}")
+            return Training() if value is True else None
+        items = self.mapping(node, "train", TRAIN_KEYS)
+        if items is None:
+            return None
+        fields: Dict[str, Any] = {}
+        if "optimizers" in items:
+            listed, names = items["optimizers"], self.value(items["optimizers"])
+            if not isinstance(listed, yaml.SequenceNode) or not names:
+                self.error(listed, f"optimizers must be a non-empty list of {', '.join(OPTIMIZERS)}")
+            else:
+                for item_node, name in zip(listed.value, names):
+                    if not isinstance(name, str) or name not in OPTIMIZERS:
+                        self.error(item_node, f"unknown optimizer {name!r} (known: {', '.join(OPTIMIZERS)})")
+                if len(set(map(str, names))) != len(names):
+                    self.error(listed, "an optimizer is listed twice")
+                fields["optimizers"] = tuple(names)
+        if "steps" in items:
+            steps = self.value(items["steps"])
+            if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+                self.error(items["steps"], f"steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
+            fields["steps"] = steps
+        if "lr" in items:
+            lr = self.number(items["lr"], "lr")
+            if lr is not None and lr <= 0:
+                self.error(items["lr"], f"lr must be positive, got {lr}")
+            fields["lr"] = lr
+        if "loss" in items:
+            loss = self.value(items["loss"])
+            if not isinstance(loss, str) or loss not in LOSSES:
+                self.error(items["loss"], f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+            fields["loss"] = loss
+        return Training(**fields)
+
+    def changes(self, node: yaml.Node) -> Tuple[str, ...]:
+        value = self.value(node)
+        if value == "all":
+            return tuple(CHANGES)
+        if not isinstance(value, list) or not value:
+            self.error(node, f"changes must be 'all' or a non-empty list of {', '.join(CHANGES)}")
+            return ()
+        for item_node, name in zip(node.value, value):
+            if not isinstance(name, str) or name not in CHANGES:
+                self.error(item_node, f"unknown change {name!r} (known: {', '.join(CHANGES)})")
+        if len(set(map(str, value))) != len(value):
+            self.error(node, "a change is listed twice")
+        return tuple(value)
 
     def timeout(self, case: yaml.Node) -> Optional[float]:
         """The case's ``timeout:`` in seconds (a positive number), or None when it has none."""

@@ -28,19 +28,19 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from torch.utils._pytree import tree_map
 
-from npu_migrate.migrate.parity import sites
+from npu_migrate.migrate.parity import sites, training
+from npu_migrate.migrate.parity.changes import CHANGES
 from npu_migrate.migrate.parity.checkpoint import load_checkpoint
 from npu_migrate.migrate.parity.coverage import OpTrace
 from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
 from npu_migrate.migrate.parity.localise import ModuleRecorder
-from npu_migrate.migrate.parity.outputs import flatten, scalar_loss, select
+from npu_migrate.migrate.parity.outputs import flatten, select
 from npu_migrate.migrate.parity.precision import Precision, cast_floating, precision
 from npu_migrate.migrate.parity.process import DONE, READY, START, progress_line
 from npu_migrate.migrate.parity.resolve import NotResolved, Resolver
 from npu_migrate.migrate.parity.spec import Case, Ref, TensorSpec, load_spec
 
 SEED = 0  # the model and the inputs are built from this seed
-LEARNING_RATE = 0.01  # the one SGD step of train cases
 
 
 # -- the emulation ------------------------------------------------------------------------------
@@ -150,41 +150,80 @@ def forward(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, si
     return {"outputs": outputs, "modules": recorder.calls}
 
 
-def train_step(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, side: str,
-               trace: Optional[OpTrace], tree: Path) -> Dict[str, Any]:
-    """Gradients of a scalar loss (scaled with a GradScaler under float16 AMP), then the outputs
-    after one SGD step."""
-    recorder = ModuleRecorder(model, keep_tensors=False)
-    locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
-    try:
-        with stage("the training step raised", locate=locate):
-            model.train()
-            model.zero_grad(set_to_none=True)
-            torch.manual_seed(SEED)
-            with prec.autocast(side):
-                loss = scalar_loss(select(call(model, inputs), case.output))
-            scaler = prec.grad_scaler(side)
-            if scaler is None:
-                loss.backward()
-                grads = _grads(model)
-                with torch.no_grad():  # one plain SGD step (torch.optim imports torch._dynamo: seconds)
-                    for p in model.parameters():
-                        if p.grad is not None:
-                            p.add_(p.grad, alpha=-LEARNING_RATE)
-            else:  # the scaler steps through an optimizer: SGD, the same step
-                optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-                grads = _grads(model)
-                scaler.step(optimizer)
-                scaler.update()
-            model.eval()
+def train_runs(fresh, inputs: Any, case: Case, prec: Precision, side: str, trace: Optional[OpTrace],
+               tree: Path) -> Dict[str, Any]:
+    """Each optimizer of the case's training, from the case's weights (``fresh()``): ``steps`` steps on
+    the case's loss (scaled with a GradScaler under float16 AMP). Recorded: every step's loss, the
+    gradients of the first step (the same for every optimizer), the outputs after the last step."""
+    plan = case.train
+    result: Dict[str, Dict[str, torch.Tensor]] = {"loss": {}, "grads": {}, "after_step": {}}
+    for index, name in enumerate(plan.optimizers):
+        model = fresh()
+        recorder = ModuleRecorder(model, keep_tensors=False)
+        locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+        try:
+            with stage(f"the training step ({name}) raised", locate=locate):
+                model.train()
+                optimizer = training.OPTIMIZERS[name](model.parameters(), plan.lr)
+                scaler = prec.grad_scaler(side)
+                for step in range(1, plan.steps + 1):
+                    optimizer.zero_grad(set_to_none=True)
+                    torch.manual_seed(SEED + step)
+                    with prec.autocast(side):
+                        loss = training.loss(select(call(model, inputs), case.output), plan.loss)
+                    if scaler is None:
+                        loss.backward()
+                    else:
+                        scaler.scale(loss).backward()
+                        scaler.unscale_(optimizer)
+                    if index == 0 and step == 1:
+                        result["grads"] = _grads(model)
+                    result["loss"][f"{name}/step{step}"] = loss.detach().to("cpu")
+                    if scaler is None:
+                        optimizer.step()
+                    else:
+                        scaler.step(optimizer)
+                        scaler.update()
+                model.eval()
+                with torch.no_grad(), prec.autocast(side):
+                    torch.manual_seed(SEED)
+                    after = flatten(select(call(model, inputs), case.output))
+                result["after_step"].update({f"{name}/{key}": value for key, value in after.items()})
+        finally:
+            recorder.remove()
+    return result
+
+
+def change_runs(fresh, inputs: Any, case: Case, prec: Precision, side: str, trace: Optional[OpTrace],
+                tree: Path) -> Dict[str, Any]:
+    """Each state change of the case (``parity.changes``) on a model with the case's weights: a forward
+    (whatever a cache would keep is built), the change, then the forward whose outputs are compared."""
+    outputs: Dict[str, torch.Tensor] = {}
+    not_applicable: List[str] = []
+    for name in case.changes:
+        change = CHANGES[name]
+        model = fresh().eval()
+        with stage(f"the state change {name} raised"):
+            if change.prepare is not None:
+                change.prepare(model)
             with torch.no_grad(), prec.autocast(side):
                 torch.manual_seed(SEED)
+                call(model, inputs)
+            applied = change.apply(model)
+        if not applied:
+            not_applicable.append(name)
+            continue
+        recorder = ModuleRecorder(model, keep_tensors=False)
+        locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+        try:
+            with stage(f"the forward pass after the state change {name} raised", locate=locate), torch.no_grad(), \
+                    prec.autocast(side):
+                torch.manual_seed(SEED)
                 after = flatten(select(call(model, inputs), case.output))
-    finally:
-        recorder.remove()
-    return {"loss": loss.detach().to("cpu"), "grads": grads, "after_step": after}
+        finally:
+            recorder.remove()
+        outputs.update({f"{name}/{key}": value for key, value in after.items()})
+    return {"outputs": outputs, "not_applicable": not_applicable}
 
 
 def _grads(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -216,10 +255,19 @@ def run_case(case: Case, label: str, resolver: Resolver, backing: str,
                 return result
             inputs = original["inputs"]
         inputs = _to(inputs, device)
+
+        def fresh() -> torch.nn.Module:
+            """A new model with the weights this side compared (the original's, on both sides)."""
+            again = build(case, prec, resolver, device)
+            again.load_state_dict((original or result)["state"], strict=True)
+            return again
+
         with trace.recording() if trace is not None else nullcontext():
             result.update(forward(model, inputs, case, prec, side, trace, resolver.tree))
             if case.train:
-                result["train"] = train_step(model, inputs, case, prec, side, trace, resolver.tree)
+                result["train"] = train_runs(fresh, inputs, case, prec, side, trace, resolver.tree)
+            if case.changes:
+                result["changes"] = change_runs(fresh, inputs, case, prec, side, trace, resolver.tree)
         if trace is not None:
             result["coverage"] = trace.to_json()
     except CaseFailure as failure:

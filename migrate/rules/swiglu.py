@@ -34,10 +34,9 @@ from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
-from npu_migrate.migrate.rules._module_class import never_plain_linear
 from npu_migrate.migrate.rules._fused_site import sited
-from npu_migrate.migrate.rules._swiglu_experts import experts_gate, last_statement
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
+from npu_migrate.migrate.rules._swiglu_experts import experts_gate, last_statement
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
@@ -79,7 +78,7 @@ class SwiGlu(Rule):
             if isinstance(match, Blocked):
                 self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
                 continue
-            problem = self._never_plain(match, view) or self._rewrite(match, view)
+            problem = self._rewrite(match, view)
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
@@ -93,13 +92,6 @@ class SwiGlu(Rule):
                                     "(act_fn(gate) * up) → npu_glue.glu_halves (torch_npu.npu_swiglu / npu_geglu, "
                                     "checked at run time) as its own _apply_gate",
                          target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
-
-    def _never_plain(self, m: Gated, view) -> Optional[str]:
-        """Why the two projections can never be the plain nn.Linear modules the fused call needs."""
-        if m.form != "projections":
-            return None
-        return next(filter(None, (never_plain_linear(view, module, self.ctx.module, self.qualified_name)
-                                  for module in m.modules)), None)
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
         """The cheap filter before the view is built: the function names an activation (or a split)
