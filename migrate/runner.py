@@ -19,16 +19,18 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
-from npu_migrate.migrate.engine import Engine, build_engine, error_result
-from npu_migrate.migrate.findings import FileResult, Finding
+from npu_migrate.migrate.findings import FileResult, Finding, error_result
 from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
 from npu_migrate.migrate.pool import supervise
 from npu_migrate.migrate.sources import SourceError, display, name_problem, read_source
-from npu_migrate.opmap import OpTable
+
+if TYPE_CHECKING:
+    from npu_migrate.migrate.engine import Engine
+    from npu_migrate.opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # A worker allocates a whole syntax tree per file, almost none of it in reference cycles: collecting
@@ -89,61 +91,93 @@ class WriteOutcome:
 # -- one file ---------------------------------------------------------------------------------------
 @dataclass
 class _Job:
-    engine: Engine
     root: Path
     limits: Limits
+    table: Callable[[], OpTable]  # the op table, loaded when a file is first migrated
+    first_party: Mapping[str, FrozenSet[str]]
     cache: Optional[object] = None  # migrate.cache.Cache
     ignored_in: Callable[[str], Tuple[str, ...]] = lambda path: ()  # per-file ignores: codes off in a file
-    table: Optional[OpTable] = None
     select: Optional[Sequence[str]] = None
     ignore: Optional[Sequence[str]] = None
-    engines: Dict[Tuple[str, ...], Engine] = field(default_factory=dict)
+    triage: bool = True
+    engines: Dict[Tuple[str, ...], "Engine"] = field(default_factory=dict)
 
-    def engine_for(self, path: str) -> Tuple[Engine, str]:
-        """The engine for the file (with its per-file ignores) and what besides its bytes decides its
-        result (for the cache key): those ignores and the first-party names its imports sort by."""
+    def engine_for(self, path: str) -> "Engine":
+        """The engine for the file, with its per-file ignores (built, with libcst and the rules, when
+        first needed: a run whose results are all cached never imports them)."""
+        from npu_migrate.migrate.engine import build_engine
+
         extra = self.ignored_in(path)
-        engine = self.engine
-        if extra:
-            if extra not in self.engines:
-                self.engines[extra] = build_engine(self.table, self.select, [*(self.ignore or ()), *extra],
-                                                   self.engine.first_party)
-            engine = self.engines[extra]
-        context = f"ignore={','.join(extra)};first-party={','.join(sorted(self.engine.first_party_of(path)))}"
-        return engine, context
+        if extra not in self.engines:
+            self.engines[extra] = build_engine(self.table(), self.select, [*(self.ignore or ()), *extra] or self.ignore,
+                                               self.first_party, self.triage)
+        return self.engines[extra]
+
+    def context(self, path: str) -> str:
+        """What besides its bytes decides a file's result (for the cache key): its per-file ignores
+        and the first-party names its imports sort by."""
+        return f"ignore={','.join(self.ignored_in(path))};first-party={','.join(sorted(first_party_for(self.first_party, path)))}"
 
 
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _migrate_task(task: Task) -> FileResult:
+def _read(task: Task) -> Union[FileResult, Tuple[bytes, Optional[str]]]:
+    """The file's bytes and its cache key, or its error result when it cannot be read."""
     path, in_package = task
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
     except SourceError as exc:
         return error_result(path, exc.code, exc.message)
-    digest = hashlib.sha256(data).hexdigest()
-    engine, context = job.engine_for(path)
-    key = job.cache.key(path, digest, in_package, context) if job.cache is not None else None
-    if key is not None:
-        hit = job.cache.get(key, data)
-        if hit is not None:
-            if hit.status == "changed":
-                hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
-            return hit
+    if job.cache is None:
+        return data, None
+    return data, job.cache.key(path, hashlib.sha256(data).hexdigest(), in_package, job.context(path))
+
+
+def _cached(task: Task) -> Optional[FileResult]:
+    """The file's result from the cache (or its read error), without migrating it; None when it must be
+    migrated."""
+    read = _read(task)
+    if isinstance(read, FileResult):
+        return read
+    data, key = read
+    hit = _job.cache.get(key, data) if key is not None else None
+    if hit is not None and hit.status == "changed":
+        hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
+    return hit
+
+
+def _migrate_task(task: Task) -> FileResult:
+    path, in_package = task
+    job = _job
+    read = _read(task)
+    if isinstance(read, FileResult):
+        return read
+    data, key = read
     try:
         with time_budget(job.limits.max_seconds):
-            result = engine.migrate(path, data, in_package=in_package)
+            result = job.engine_for(path).migrate(path, data, in_package=in_package)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
-    result.digest = digest
+    result.digest = hashlib.sha256(data).hexdigest()
     if result.status == "changed":
         result.diff = _file_diff(result)
     if key is not None:
         job.cache.put(key, result)
     return result
+
+
+def _once(load: Callable[[], "OpTable"]) -> Callable[[], "OpTable"]:
+    loaded: List["OpTable"] = []
+
+    def table() -> "OpTable":
+        if not loaded:
+            loaded.append(load())
+        return loaded[0]
+
+    return table
 
 
 def _worker_setup() -> None:
@@ -174,6 +208,12 @@ def _tasks(python: Sequence[str]) -> List[Task]:
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
         tasks.append((path, parent + "__init__.py" in present))
     return tasks
+
+
+def first_party_for(first_party: Mapping[str, FrozenSet[str]], path: str) -> FrozenSet[str]:
+    """The module names isort counts as first party in the file at ``path`` (``first_party``: by directory)."""
+    directory = path.rsplit("/", 1)[0] if "/" in path else ""
+    return first_party.get(directory, frozenset()) | first_party.get("", frozenset())
 
 
 def first_party_names(python: Sequence[str]) -> Dict[str, FrozenSet[str]]:
@@ -223,11 +263,17 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
+def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], "OpTable"]], *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
         too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
-        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
+        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None,
+        triage: bool = True) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory.
+
+    ``table``: the op table, or the function that loads it (called only when a file is migrated).
+    With a ``cache``, this process looks each file up first; only the files it does not hold go to
+    the workers, and none are started (nor the engine, libcst and the rules imported) when it holds
+    them all.
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
@@ -235,6 +281,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
     ``too_long``: paths over PATH_MAX (each an NPU016 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
+    ``triage=False``: every file with a rule's trigger bytes goes to libcst (``migrate.triage``).
     """
     global _job
     root = Path(root)
@@ -250,16 +297,28 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
             copied.append(task[0])
         else:
             tasks.append(task)
-    _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
-                ignored_in or (lambda path: ()), table, select, ignore)
+    _job = _Job(root, limits, _once(table if callable(table) else lambda: table), first_party_names(python), cache,
+                ignored_in or (lambda path: ()), select, ignore, triage)
     try:
         with _progress(len(tasks), progress) as advance:
-            if isolate:
+            pending = tasks
+            if cache is not None:
+                pending = []
+                for task in tasks:
+                    hit = _cached(task)
+                    if hit is None:
+                        pending.append(task)
+                    else:
+                        results.append(hit)
+                        advance(1)
+            if pending:
+                _job.engine_for("")  # built here, so the workers inherit it
+            if isolate and pending:
                 gc.freeze()  # what the workers inherit is never scanned (nor copied on write by a collection)
-                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
+                done = supervise(pending, _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
                                  hard_seconds=limits.hard_seconds, wall_seconds=limits.wall_seconds)
             else:
-                done = ((task, _migrate_task(task)) for task in tasks)
+                done = ((task, _migrate_task(task)) for task in pending)
             for _, result in done:
                 results.append(result)
                 advance(1)

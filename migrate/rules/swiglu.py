@@ -48,7 +48,13 @@ REUSE_PLAN = Fallback("manual", (
     "time), and compute act(gate) separately only where it is read."))
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
-Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node for the placeholder)
+Hole = Tuple[str, Optional[cst.CSTNode]]
+
+
+def names_activation(names: Set[str], aliases: Set[str]) -> bool:
+    """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
+    (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
+    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)  # (text or "{name}" placeholder, node for the placeholder)
 
 
 class SwiGlu(Rule):
@@ -79,11 +85,17 @@ class SwiGlu(Rule):
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_gate`` for some function (an imported activation is named by its import)."""
+        aliases = {n for n in words.names if n.lower() in ACTIVATION_NAMES} | words.may_denote(())
+        return any(names_activation(f.names, aliases) and ("mul" in f.names or f.multiplies) for f in words.functions)
+
     def _may_gate(self, func: cst.FunctionDef) -> bool:
         """The cheap filter before the view is built: the function names an activation (or a split)
         and multiplies."""
         names = self.ctx.tree.names(func.body)
-        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+        if not names_activation(names, self._aliases()):
             return False
         return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
                                      or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)

@@ -78,3 +78,17 @@ def test_demo_prints_no_numpy_warning(tmp_path, numpy):
     if numpy == "absent":  # the probe really hid NumPy
         probe = subprocess.run([sys.executable, "-c", "import numpy"], env=env, capture_output=True, text=True)
         assert probe.returncode != 0
+
+
+def test_a_warm_run_imports_neither_libcst_nor_torch_nor_the_rules(tmp_path):
+    """Issue 23 item 2: every result cached, the run reads them and writes its outputs without the
+    engine, libcst, the rules or the op table's loading (the code catalogue is the cache's copy)."""
+    source = tmp_path / "repo" / "model.py"
+    source.parent.mkdir()
+    source.write_text("import torch\n\ndef f(x):\n    return x.cuda()\n")
+    args = ["run", str(source), "--out", str(tmp_path / "out"), "--report-dir", str(tmp_path / "r"),
+            "--cache-dir", str(tmp_path / "cache"), "--isolated"]
+    assert "npu_migrate.migrate.engine" in _loaded(tmp_path, *args)  # cold: migrated
+    assert set(_loaded(tmp_path, *args)) <= {"yaml"}  # warm (yaml: the op table's package, not its files)
+    assert "x.npu()" in (tmp_path / "out" / "model.py").read_text()
+    assert "NPU203" in (tmp_path / "r" / "report.md").read_text()

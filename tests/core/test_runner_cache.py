@@ -61,6 +61,19 @@ def test_a_warm_run_reads_the_cache_instead_of_migrating(table, tmp_path, monkey
     assert _dump(_run(table, paths, _cache(tmp_path))) == cold
 
 
+def test_no_worker_is_started_when_every_result_is_cached(table, tmp_path, monkeypatch):
+    """Issue 23 item 2: the parent looks the files up; the pool starts only for files it lacks."""
+    paths = [f"{case}/input.py" for case in CASES[:20]]
+    cold = _dump(_run(table, paths, _cache(tmp_path)))
+    from npu_migrate.migrate import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("workers started although every result is cached")
+
+    monkeypatch.setattr(runner, "supervise", refuse)
+    assert _dump(run(FIXTURES, paths, lambda: refuse(), jobs=2, cache=_cache(tmp_path))) == cold
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "wrong_types", "other_key", "checksum"])
 def test_damaged_or_foreign_entries_are_ignored(table, tmp_path, damage):
     paths = [f"{case}/input.py" for case in CASES if case.startswith("NPU203")]
