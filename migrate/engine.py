@@ -189,7 +189,7 @@ class Engine:
             if not lost:
                 if imports:
                     new_module = add_imports(new_module, imports, ctx.names, self.first_party_of(ctx.path), ctx.tree)
-                return fit_lines(new_module, code(new_module), source, ctx.tree.contains), helpers
+                return fit_lines(new_module, code(new_module), source), helpers
             for site in lost:
                 _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
             sites = [s for s in sites if s.edits]

@@ -11,15 +11,12 @@ they fit, else one per line with a trailing comma, recursively where a part is s
 Anything else (a long string, a long operator chain) is left as it is: the rewrite does not
 allow it. The result must be the same program: its ``ast`` is compared with the unbroken text's,
 and on any difference the unbroken text is kept.
-
-A subtree of the original module that the rewrite kept as it is (``original(node)``: the very
-node) holds only original lines, so it is not entered: the cost is that of the rewritten code.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Callable, List, Optional, Set
+from typing import List, Optional, Set
 
 import libcst as cst
 
@@ -32,15 +29,13 @@ def file_width(source: str) -> int:
     return max([DEFAULT_WIDTH, *(len(line) for line in source.split("\n"))])
 
 
-def fit_lines(module: cst.Module, text: str, original: str,
-              kept: Callable[[cst.CSTNode], bool] = lambda node: False) -> str:
-    """``text`` (the code of ``module``) with the new over-long lines broken within the original's
-    width; ``kept(node)``: whether ``node`` is a node of the original module, kept as it was."""
+def fit_lines(module: cst.Module, text: str, original: str) -> str:
+    """``text`` (the code of ``module``) with the new over-long lines broken within the original's width."""
     width = file_width(original)
     known = set(line.strip() for line in original.split("\n"))
     if not any(len(line) > width and line.strip() not in known for line in text.split("\n")):
         return text
-    fitted = module.visit(_Fit(module, width, known, kept))
+    fitted = module.visit(_Fit(module, width, known))
     if fitted is module:
         return text
     result = fitted.code
@@ -52,18 +47,11 @@ def fit_lines(module: cst.Module, text: str, original: str,
 
 
 class _Fit(cst.CSTTransformer):
-    def __init__(self, module: cst.Module, width: int, known: Set[str], kept: Callable[[cst.CSTNode], bool]) -> None:
+    def __init__(self, module: cst.Module, width: int, known: Set[str]) -> None:
         self.module = module
         self.width = width
         self.known = known
-        self.kept = kept
         self.indents: List[int] = [0]
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return not self.kept(node) and super().on_visit(node)
-
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
-        return updated if self.kept(original) else super().on_leave(original, updated)
 
     # -- where we are -----------------------------------------------------------------------------
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:

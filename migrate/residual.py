@@ -24,6 +24,7 @@ from npu_migrate.migrate.rules._regions import statement_of
 from npu_migrate.migrate.rules._rotary_match import may_rotate
 from npu_migrate.migrate.rules._view import Value, View
 from npu_migrate.migrate.tree import walk
+from npu_migrate.migrate.triage import computes
 from npu_migrate.opmap import Fallback
 
 PROJECTIONS = ("linear", "matmul", "call", "item", "getitem")
@@ -249,12 +250,16 @@ FAMILIES = (
            lambda words, function: may_rotate(words, function, function.names)),  # a helper by any name
     Family("rms_norm", frozenset({"NPU320", "NPU321"}), "NPU321", "pattern.rms_norm.unrecognised",
            frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
-           lambda v: "nn.RMSNorm module" if v.op == "rms_norm_module" else "x · rsqrt(mean(x²) + eps)"),
+           lambda v: "nn.RMSNorm module" if v.op == "rms_norm_module" else "x · rsqrt(mean(x²) + eps)",
+           lambda words, function: computes(words, function, "mean") or computes(words, function, "rms_norm")
+           or computes(words, function, "rms_norm_module")),
     Family("gated_mlp", frozenset({"NPU330", "NPU331"}), "NPU331", "pattern.gated_mlp.unrecognised",
            frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
-           lambda v: "act(projection) · projection"),
+           lambda v: "act(projection) · projection", lambda words, function: computes(words, function, "mul")),
     Family("router", frozenset({"NPU340", "NPU341"}), "NPU341", "pattern.router.unrecognised",
-           frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores"),
+           frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
+           lambda words, function: computes(words, function, "topk")
+           and (computes(words, function, "softmax") or computes(words, function, "sigmoid"))),
 )
 
 

@@ -169,6 +169,18 @@ def _migrate_task(task: Task) -> FileResult:
     return result
 
 
+def _largest_first(root: Path, tasks: List[Task]) -> List[Task]:
+    """The largest files first: the workers finish together, on small files, instead of one of them
+    still parsing a large file that came last while the others wait."""
+    def size(task: Task) -> int:
+        try:
+            return os.lstat(root / task[0]).st_size
+        except OSError:
+            return 0
+
+    return sorted(tasks, key=size, reverse=True)
+
+
 def _once(load: Callable[[], "OpTable"]) -> Callable[[], "OpTable"]:
     loaded: List["OpTable"] = []
 
@@ -315,7 +327,7 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
                 _job.engine_for("")  # built here, so the workers inherit it
             if isolate and pending:
                 gc.freeze()  # what the workers inherit is never scanned (nor copied on write by a collection)
-                done = supervise(pending, _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
+                done = supervise(_largest_first(root, pending), _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
                                  hard_seconds=limits.hard_seconds, wall_seconds=limits.wall_seconds)
             else:
                 done = ((task, _migrate_task(task)) for task in pending)

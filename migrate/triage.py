@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import ast
 from functools import lru_cache
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Type
+
+from npu_migrate.migrate.rules.base import Rule
 
 MAX_DEPTH = 100  # deeper trees go to libcst whatever their words (its recursion limits decide their result)
 _DYNAMIC = ("__import__", "import_module")
@@ -288,6 +290,16 @@ def may_compute(words: Words, op: str) -> bool:
         any(o == op and c.__name__ in words.augmented for c, o in AUGMENTED.items())
 
 
+def computes(words: Words, function: Function, op: str) -> bool:
+    """Whether ``function`` (with the functions it calls) may compute ``op``: it spells it, and the
+    module may reference what it names; or a module class of the op (``self.act = nn.SiLU()``, set
+    in another method) is referenced anywhere in the module."""
+    from npu_migrate.migrate.rules._spellings import MODULES
+
+    return function.may_compute(op) and may_compute(words, op) or \
+        any(spec[0] == op and words.may_reference(name) for name, spec in MODULES.items())
+
+
 def _callee(call: ast.Call) -> Optional[str]:
     func = call.func
     return func.id if func.__class__ is ast.Name else func.attr if func.__class__ is ast.Attribute else None
@@ -315,9 +327,12 @@ def words_of(text: str) -> Optional[Words]:
     return words
 
 
-def may_hold_site(text: str, rules: Sequence[type], families: Sequence[object]) -> bool:
+def may_hold_site(text: str, rules: Sequence[Type[Rule]], families: Sequence[object]) -> bool:
     """Whether libcst must see ``text``: True unless its code can hold no site of ``rules`` (the
-    rules its bytes made applicable) and no component of the residual ``families`` enabled."""
+    rules its bytes made applicable) and no component of the residual ``families`` enabled. A rule
+    that declares no test keeps the file before ``ast`` is asked."""
+    if any(rule.may_find.__func__ is Rule.may_find.__func__ for rule in rules):
+        return True
     words = words_of(text)
     if words is None:
         return True

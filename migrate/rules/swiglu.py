@@ -48,13 +48,13 @@ REUSE_PLAN = Fallback("manual", (
     "time), and compute act(gate) separately only where it is read."))
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
-Hole = Tuple[str, Optional[cst.CSTNode]]
+Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node for the placeholder)
 
 
 def names_activation(names: Set[str], aliases: Set[str]) -> bool:
     """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
     (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
-    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)  # (text or "{name}" placeholder, node for the placeholder)
+    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)
 
 
 class SwiGlu(Rule):
