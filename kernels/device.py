@@ -264,6 +264,20 @@ def _autocast_init(original: Callable, dmap: DeviceMap, default_dtype: Callable[
     return __init__
 
 
+def _autocast_state(original: Callable, dmap: DeviceMap, bare: int) -> Callable:
+    """``torch.is_autocast_enabled`` / ``set_autocast_enabled`` with the device mapped; called with
+    ``bare`` positional arguments (no device) they mean CUDA's state, so under ``emulate_cuda`` the
+    emulated CUDA device's."""
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if dmap.name == "cuda" and len(args) == bare and "device_type" not in kwargs:
+            args = ("cuda", *args)
+        return original(*(dmap.map(a) for a in args), **{k: dmap.map(v) for k, v in kwargs.items()})
+
+    return wrapper
+
+
 def _get_device_module(original: Callable, dmap: DeviceMap, module: Any) -> Callable:
     @functools.wraps(original)
     def get_device_module(device=None):
@@ -296,8 +310,10 @@ def torch_patches(dmap: DeviceMap, device_module: Any) -> List[Patch]:
     ]
     patches += [
         Patch(torch, n, wrap())
-        for n in ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype")
+        for n in ("get_autocast_dtype", "set_autocast_dtype")
     ]
+    patches += [Patch(torch, n, lambda o, bare=bare: _autocast_state(o, dmap, bare))
+                for n, bare in (("is_autocast_enabled", 0), ("set_autocast_enabled", 1))]
     if dmap.name == "cuda":  # what inductor reads of the device (device_module's own answer, completed)
         patches.append(cuda_properties_patch())
     if not dmap.parses_natively():  # "npu": torch cannot parse it, so torch.device itself is stood in for

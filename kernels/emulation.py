@@ -28,7 +28,8 @@ The rules and limits, on purpose:
   ``kernels.dispatcher``); ``torch.compile(..., fullgraph=True)`` traces code that calls them
   (tested with the eager, aot_eager and inductor backends, ``tests/kernels/test_compile.py``).
 - Not emulated: graph capture (``NPUGraph`` raises ``NotEmulatedError``), torch_npu tensor
-  methods (``x.npu_format_cast``), storages, the profiler;
+  methods (``x.npu_format_cast``), storages; ``torch_npu.profiler`` has the real API over torch's
+  CPU profiler (``kernels.profiler``: no NPU device time);
   ``torch_npu.contrib.transfer_to_npu`` imports as a no-op; ``matmul.allow_hf32`` and
   ``conv.allow_hf32`` are flags without numeric effect; ``torch.npu.FloatTensor`` and friends
   construct and ``isinstance``-check but are not tensor types for ``x.type(...)``.

@@ -47,6 +47,18 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+_RNG_FUNCTIONS = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+                  "set_rng_state", "get_rng_state_all", "set_rng_state_all")
+
+
+def _random_module(api: "EmulatedDeviceModule") -> types.ModuleType:
+    """``torch.<name>.random`` (torch_npu.npu.random): the module's RNG functions."""
+    module = types.ModuleType(f"{api.__name__}.random", "Emulated random number generation.")
+    for name in _RNG_FUNCTIONS:
+        setattr(module, name, getattr(api, name))
+    return module
+
+
 class EmulatedDeviceModule(StreamMethods, RngMethods, MemoryMethods, AmpMethods, GraphMethods, types.ModuleType):
     """``torch.<name>`` for an emulated device type, backed by ``backing``; the functions of each
     concern come from the ``kernels._npu_*`` mixins, the device functions are defined here."""
@@ -76,6 +88,7 @@ class EmulatedDeviceModule(StreamMethods, RngMethods, MemoryMethods, AmpMethods,
         self.matmul = types.SimpleNamespace(allow_hf32=False)
         self.conv = types.SimpleNamespace(allow_hf32=True)
         self.amp = amp_module(name, self._backing)
+        self.random = _random_module(self)
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):

@@ -4,7 +4,7 @@ It exposes every op registered with ``@npu_op`` as the dispatcher op ``torch.ops
 (``kernels.dispatcher`` defines them when the package is built, once per process), like the real
 package, so calls to ``torch_npu.npu_x(...)`` are single ops to the dispatcher, FakeTensor tracing
 and ``torch.compile``; ``torch_npu.npu`` (the same object as ``torch.npu``), ``torch_npu.optim``
-(forwards to ``kernels.optim``, imported on first use) and a no-op
+(forwards to ``kernels.optim``, imported on first use), ``torch_npu.profiler`` (``kernels.profiler``) and a no-op
 ``torch_npu.contrib.transfer_to_npu``.
 """
 
@@ -21,7 +21,7 @@ from npu_migrate.kernels.device import Patch, replace
 __version__ = "2.14.0+emulated"
 
 # Submodules imported on first use: fake name -> the kernels module that provides it.
-LAZY_SUBMODULES = {"torch_npu.optim": "npu_migrate.kernels.optim"}
+LAZY_SUBMODULES = {"torch_npu.optim": "npu_migrate.kernels.optim", "torch_npu.profiler": "npu_migrate.kernels.profiler"}
 
 
 class TorchNpuModule(types.ModuleType):

@@ -19,7 +19,19 @@ import libcst as cst
 from npu_migrate.migrate.edits import Code, Replace, Site, Splice, edit_codes
 from npu_migrate.migrate.guarded import build_region, fill
 from npu_migrate.migrate.overlaps import overlaps, wraps  # noqa: F401  (overlaps: the engine's entry)
+from npu_migrate.migrate.parens import landing
 from npu_migrate.migrate.tree import TreeIndex, children
+
+
+def _blank_lines_unindented(statement: cst.CSTNode) -> cst.CSTNode:
+    """A new statement's leading blank lines without the indentation of the block it lands in (no
+    trailing whitespace when it is spliced into an indented block)."""
+    lines = getattr(statement, "leading_lines", None)
+    if not lines or not any(line.comment is None and line.indent for line in lines):
+        return statement
+    return statement.with_changes(leading_lines=[
+        line.with_changes(indent=False) if line.comment is None else line for line in lines])
+
 
 
 class Apply(cst.CSTTransformer):
@@ -31,8 +43,10 @@ class Apply(cst.CSTTransformer):
         self.replaces: Dict[int, List[Tuple[Site, Replace]]] = {}
         self.blocks: Dict[int, List[Tuple[Site, object]]] = {}
         self.recorded: Set[int] = set()  # original nodes whose migrated form an edit reads
+        self.sites = list(sites)
+        self.parents = tree.parents()
         wanted: List[cst.CSTNode] = []
-        for site in sites:
+        for site in self.sites:
             for edit in site.edits:
                 holes = [n for c in edit_codes(edit) for n in c.hole_nodes]
                 if isinstance(edit, Replace):
@@ -70,16 +84,25 @@ class Apply(cst.CSTTransformer):
         return updated_node
 
     def _replace(self, site: Site, edit: Replace, original, updated):
-        if not isinstance(edit.new, Code):
-            site.results.extend(edit.new.nodes if isinstance(edit.new, cst.FlattenSentinel) else [edit.new])
-            return edit.new
         parens = _parenthesized(updated)
-        self.migrated_nodes[id(original)] = _without_parens(updated) if parens else updated  # for a wrapper
-        new = fill(edit.new, "expression" if isinstance(original, cst.BaseExpression) else "statement", self.migrated)
-        if parens and not _parenthesized(new):
-            new = new.with_changes(lpar=updated.lpar, rpar=updated.rpar)  # the replacement keeps the parentheses
-        site.results.append(new)
+        if not isinstance(edit.new, Code):
+            new = edit.new
+        else:
+            self.migrated_nodes[id(original)] = _without_parens(updated) if parens else updated  # for a wrapper
+            new = fill(edit.new, "expression" if isinstance(original, cst.BaseExpression) else "statement",
+                       self.migrated, self._wrapped)
+        if isinstance(original, cst.BaseExpression) and isinstance(new, cst.BaseExpression):
+            if parens and isinstance(edit.new, Code) and not _parenthesized(new):
+                new = new.with_changes(lpar=updated.lpar, rpar=updated.rpar)  # the replacement keeps the parentheses
+            elif not parens:
+                new = landing(original, new, self.parents)  # parenthesised where its place needs it
+        site.results.extend(new.nodes if isinstance(new, cst.FlattenSentinel) else [new])
         return new
+
+    def _wrapped(self, node: cst.CSTNode, parenthesized: cst.CSTNode) -> None:
+        """A node put into new code with parentheses added: a site's result is now that copy."""
+        for site in self.sites:
+            site.results[:] = [parenthesized if result is node else result for result in site.results]
 
     def _block(self, original, updated):
         body = list(original.body)
@@ -103,9 +126,9 @@ class Apply(cst.CSTTransformer):
             if isinstance(edit, Splice):
                 removed = [self.migrated_nodes.get(id(s), s) for s in body[edit.start:edit.end]]
                 comments.extend(line for stmt in removed for line in _comment_lines(stmt))
-                new = [fill(c, "statement", self.migrated) for c in edit.new]
+                new = [_blank_lines_unindented(fill(c, "statement", self.migrated, self._wrapped)) for c in edit.new]
             else:
-                new = build_region(edit, self.migrated)
+                new = build_region(edit, self.migrated, self._wrapped)
             site.results.extend(new)
             emit(new)
             index = max(index, edit.end)

@@ -2,9 +2,10 @@
 gets its stored result instead of being parsed again (like ruff's cache).
 
 Key: sha256 over a *salt* (the tool version and the hash of its own source files, including every
-rule's module, the op-table YAML files' bytes, the selected/ignored codes and the per-file limits)
-and the file's path, bytes and package flag. The value is the file's result (status, findings,
-migrated text, helpers) as JSON, never pickle. The migrated text is the only text stored: the
+rule's module, the op-table YAML files' bytes and the reference tables the dependency files
+read, the selected/ignored codes and the per-file limits)
+and the file's path, bytes and context (its per-file ignores, first-party names). The value is the
+file's result (status, findings, migrated text, helpers) as JSON, never pickle. The migrated text is the only text stored: the
 patch and the reports are made from it again (never from a stored diff, which could disagree with
 the tree written from the text).
 
@@ -15,14 +16,14 @@ A cache directory is not trusted, since its entries become code in the user's tr
 - an entry is opened without following a link, and used only when it is a regular file owned by
   this user, not writable by others, and at most ``max_entry_bytes`` (a FIFO or a link to
   ``/dev/zero`` is never read);
-- it carries an HMAC-SHA256 of its body under a secret key (``<cache-dir>/v3/key``, 32 random
+- it carries an HMAC-SHA256 of its body under a secret key (``<cache-dir>/v<VERSION>/key``, 32 random
   bytes, 0600, made once), so an entry nobody with this user's key wrote is refused; it must also
   parse, have this format and version, repeat its own key and every field must have the expected
   type. Anything else (corrupt, truncated, foreign, older format) is ignored and overwritten.
 
 Entries are written atomically (temporary file, then rename), so concurrent runs and workers
 never see half an entry. Results that depend on the machine's load (time-budget errors) and
-worker crashes are never stored. Layout: ``<cache-dir>/v3/<key[:2]>/<key>.json``. The default
+worker crashes are never stored. Layout: ``<cache-dir>/v<VERSION>/<key[:2]>/<key>.json``. The default
 directory is ``$NPU_MIGRATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/npu-migrate``, else
 ``~/.cache/npu-migrate``.
 """
@@ -43,12 +44,13 @@ from typing import Dict, Iterable, Optional, Sequence
 
 from npu_migrate.migrate import __version__, diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, FileResult, Finding
+from npu_migrate.migrate.findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSES, FileResult, Finding, Requirement
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.opmap import Fallback
 
 FORMAT = "npu-migrate-cache"
-VERSION = 3  # 2: findings carry a notebook cell; 3: no stored diff, an HMAC instead of a plain checksum
+VERSION = 4  # 2: findings carry a notebook cell; 3: no stored diff, an HMAC instead of a plain checksum;
+# 4: a result's file kind and declared requirements
 KEY_BYTES = 32
 ENTRY_FACTOR = 16  # an entry may be this many times the file-size limit (JSON escapes, findings) ...
 ENTRY_SLACK = 1 << 20  # ... plus this
@@ -68,6 +70,7 @@ def default_dir() -> Path:
 def _tool_files() -> Iterable[Path]:
     for package in ("migrate", "opmap"):
         yield from sorted((_PACKAGE_ROOT / package).rglob("*.py"))
+    yield from sorted((_PACKAGE_ROOT / "opmap" / "reference").glob("*.yaml"))  # the torch-npu release table
 
 
 def salt(table_files: Sequence[Path], rules: Sequence[type], select, ignore, limits, triage: bool = True) -> str:
@@ -120,6 +123,17 @@ def _finding(data) -> Optional[Finding]:
         return None
     return Finding(data["code"], data["message"], data["action"], api=data.get("api"), target=data.get("target"),
                    fallback=fallback, path=data["path"], line=data["line"], col=data["col"], cell=cell)
+
+
+def _requirement(data) -> Optional[Requirement]:
+    if not (isinstance(data, dict) and set(data) == {"name", "spec", "line", "status", "group", "replacement"}):
+        return None
+    if not all(isinstance(data[k], str) for k in ("name", "spec", "status", "group")) \
+            or data["status"] not in PACKAGE_STATUSES or not _optional(data["replacement"], str):
+        return None
+    if not isinstance(data["line"], int) or isinstance(data["line"], bool):
+        return None
+    return Requirement(**data)
 
 
 def _foreign(info: os.stat_result) -> Optional[str]:
@@ -211,9 +225,9 @@ class Cache:
             except OSError as exc:
                 self.problem = f"cannot use the cache directory {self.root}: {exc.strerror or exc}"
 
-    def key(self, path: str, digest: str, in_package: bool, context: str = "") -> str:
+    def key(self, path: str, digest: str, context: str = "") -> str:
         """``context``: what else decides this file's result (its per-file ignores, first-party names)."""
-        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{int(in_package)}\0{context}".encode(
+        return hashlib.sha256(f"{self.salt}\0{path}\0{digest}\0{context}".encode(
             "utf-8", "surrogateescape")).hexdigest()
 
     def _entry(self, key: str) -> Path:
@@ -250,7 +264,8 @@ class Cache:
             return
         body = {"path": result.path, "status": result.status, "error": result.error, "migrated": result.migrated,
                 "helpers": list(result.helpers), "digest": result.digest,
-                "findings": [_finding_json(f) for f in result.findings]}
+                "findings": [_finding_json(f) for f in result.findings], "kind": result.kind,
+                "requirements": [r.to_json() for r in result.requirements]}
         self._write(key, body)
 
     def _body(self, key: str) -> Optional[dict]:
@@ -271,6 +286,14 @@ class Cache:
             return None
         return entry["result"]
 
+    def record(self, key: str) -> Optional[dict]:
+        """A signed record other than a file's result (``put_record``), or None."""
+        return self._body(key)
+
+    def put_record(self, key: str, body: dict) -> None:
+        if self.secret is not None:
+            self._write(key, body)
+
     def declarations(self) -> Optional[Dict[str, DiagnosticCode]]:
         """The code declarations stored for this very tool (the salt), or None: the reports describe
         every code from them without importing the rules."""
@@ -280,15 +303,15 @@ class Cache:
             return None
         declared = {}
         for item in codes:
-            if not (isinstance(item, list) and len(item) == 5 and all(isinstance(v, str) for v in item[:3])
-                    and isinstance(item[3], bool) and _optional(item[4], str)):
+            if not (isinstance(item, list) and len(item) == 6 and all(isinstance(v, str) for v in item[:3])
+                    and isinstance(item[3], bool) and _optional(item[4], str) and isinstance(item[5], str)):
                 return None
             declared[item[0]] = DiagnosticCode(*item)
         return declared
 
     def put_declarations(self, declared: Dict[str, DiagnosticCode]) -> None:
         if self.secret is not None:
-            self._write(self._declarations_key, {"codes": [[d.code, d.name, d.summary, d.rewrites, d.example]
+            self._write(self._declarations_key, {"codes": [[d.code, d.name, d.summary, d.rewrites, d.example, d.fixtures]
                                                            for d in declared.values()]})
 
     @property
@@ -326,6 +349,12 @@ def _result(body: dict, data: bytes) -> Optional[FileResult]:
     findings = [_finding(f) for f in body["findings"]]
     if any(f is None for f in findings):
         return None
+    kind, requirements = body.get("kind"), body.get("requirements")
+    if not isinstance(kind, str) or not isinstance(requirements, list):
+        return None
+    requirements = [_requirement(r) for r in requirements]
+    if any(r is None for r in requirements):
+        return None
     original = None
     if status == "changed":
         if not isinstance(migrated, str):
@@ -337,4 +366,5 @@ def _result(body: dict, data: bytes) -> Optional[FileResult]:
     elif migrated is not None:
         return None
     return FileResult(body["path"], status, findings, error=body.get("error"), original=original, migrated=migrated,
-                      helpers=helpers, digest=body["digest"])
+                      helpers=helpers, digest=body["digest"], kind=kind,
+                      requirements=requirements)

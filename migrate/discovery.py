@@ -14,7 +14,7 @@ directory it cannot list is reported (NPU014), not fatal.
 
 Symbolic links are listed with the other files (copied as links, never migrated through).
 
-A path longer than the system lets a program open by name (``PATH_MAX``) is reported (NPU016),
+A path longer than the system lets a program open by name (``PATH_MAX``) is reported (NPU020),
 never entered or read, whether the walk meets it or git warns that it could not open it.
 """
 
@@ -58,7 +58,7 @@ class Files:
     other: List[str] = field(default_factory=list)  # copied unchanged into the output tree
     excluded: List[Excluded] = field(default_factory=list)  # left out, with the reason
     unlistable: List[Excluded] = field(default_factory=list)  # directories that could not be read (NPU014)
-    too_long: List[Excluded] = field(default_factory=list)  # paths over PATH_MAX (NPU016)
+    too_long: List[Excluded] = field(default_factory=list)  # paths over PATH_MAX (NPU020)
 
 
 def too_long(path: Path) -> Optional[str]:

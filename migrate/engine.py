@@ -28,7 +28,7 @@ from npu_migrate.migrate import diagnostics, notebooks, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.edits import ImportSpec, Site
+from npu_migrate.migrate.edits import ImportSpec, Site, placed_at, site_constant
 from npu_migrate.migrate.findings import FileResult, Finding, error_result  # noqa: F401  (error_result: also here)
 from npu_migrate.migrate.imports import add_imports
 from npu_migrate.migrate.line_fit import fit_lines
@@ -82,16 +82,16 @@ class Engine:
         """The cheap byte check: rules whose trigger strings occur in the file."""
         return [rule for rule in self.rules if any(t in data for t in rule.triggers)]
 
-    def migrate(self, path: str, data: bytes, *, in_package: bool = False) -> FileResult:
+    def migrate(self, path: str, data: bytes) -> FileResult:
         """The file's result; never raises for a bad file (pathological nesting and memory included).
         A notebook's code cells are migrated as one module (``migrate.notebooks``)."""
         if path.endswith(".ipynb"):
             return notebooks.migrate(self._guarded, path, data, error_result)
-        return self._guarded(path, data, in_package)
+        return self._guarded(path, data)
 
-    def _guarded(self, path: str, data: bytes, in_package: bool) -> FileResult:
+    def _guarded(self, path: str, data: bytes) -> FileResult:
         try:
-            return self._migrate(path, data, in_package)
+            return self._migrate(path, data)
         except RecursionError as exc:
             return error_result(path, diagnostics.TOO_DEEP, f"nesting too deep to migrate ({_exception_line(exc)}); "
                                                             "not migrated")
@@ -100,7 +100,7 @@ class Engine:
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"migration crashed: {_exception_line(exc)}")
 
-    def _migrate(self, path: str, data: bytes, in_package: bool) -> FileResult:
+    def _migrate(self, path: str, data: bytes) -> FileResult:
         rules = self.applicable(data)
         if not rules:
             return FileResult(path, "skipped")
@@ -148,8 +148,11 @@ class Engine:
         rewriting = [s for s in rewriting if s.edits]
         if not rewriting:
             return FileResult(path, "unchanged", findings())
+        for site in rewriting:  # the guards' site constants, now that the findings have their lines
+            constant = site_constant(path, site.finding.line, site.finding.code)
+            site.edits = tuple(placed_at(edit, constant) for edit in site.edits)
         try:
-            migrated, helpers = self._apply(ctx, rewriting, in_package or names.relative_imports, text)
+            migrated, helpers = self._apply(ctx, rewriting, text)
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"applying the edits failed: {_exception_line(exc)}")
         if text.endswith("\r"):
@@ -170,9 +173,10 @@ class Engine:
             site.finding.line, site.finding.col = where.get(id(site.anchor), (0, 0))
         return sorted(sites, key=lambda s: (s.finding.line, s.finding.col, s.finding.code))
 
-    def _apply(self, ctx: FileContext, sites: List[Site], in_package: bool, source: str) -> Tuple[str, List[str]]:
-        """The migrated text and the helper modules it imports; a site whose edits did not all
-        reach the output is downgraded and the pass runs again without it."""
+    def _apply(self, ctx: FileContext, sites: List[Site], source: str) -> Tuple[str, List[str]]:
+        """The migrated text and the helper modules it imports (each vendored beside the file, and
+        imported so that it resolves in every layout: ``migrate.imports``); a site whose edits did
+        not all reach the output is downgraded and the pass runs again without it."""
         while True:
             for site in sites:
                 site.results.clear()
@@ -184,7 +188,7 @@ class Engine:
                 for helper in site.helpers:
                     if helper not in helpers:
                         helpers.append(helper)
-                        imports.append(ImportSpec(f".{helper}", helper) if in_package else ImportSpec(helper))
+                        imports.append(ImportSpec(helper, beside=True))
             lost = missing(new_module, sites, ctx.tree)  # before the imports: they re-make top-level statements
             if not lost:
                 if imports:

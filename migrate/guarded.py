@@ -27,6 +27,7 @@ import libcst as cst
 
 from npu_migrate.migrate.defuse import defined, read, region_problem
 from npu_migrate.migrate.edits import Code, Guarded, Replace, code
+from npu_migrate.migrate.parens import settle
 
 HOLE = re.compile(r"\{(\w+)\}")
 Migrated = Callable[[cst.CSTNode], cst.CSTNode]  # an original node -> the node as migrated
@@ -36,28 +37,20 @@ def _placeholder(name: str) -> str:
     return f"__npu_hole_{name}__"
 
 
-class _Fill(cst.CSTTransformer):
-    def __init__(self, values) -> None:
-        super().__init__()
-        self.values = values
-
-    def leave_Name(self, original, updated):
-        return self.values.get(original.value, updated)
-
-
 def _text(source: Code) -> str:
     names = {name for name, _ in source.holes}
     return HOLE.sub(lambda m: _placeholder(m.group(1)) if m.group(1) in names else m.group(0), source.text)
 
 
-def fill(source: Code, kind: str, migrated: Migrated) -> cst.CSTNode:
+def fill(source: Code, kind: str, migrated: Migrated,
+         wrapped: Optional[Callable[[cst.CSTNode, cst.CSTNode], None]] = None) -> cst.CSTNode:
     """The node ``source`` describes (``kind``: "expression" or "statement"), every hole holding
-    the migrated form of its node (the same node object, so edits inside it stay visible)."""
+    the migrated form of its node (the same node object, so edits inside it stay visible, unless it
+    needs parentheses where it lands: ``wrapped(node, parenthesised)`` is then told), and every
+    piece of it parenthesised where its context needs it (``migrate.parens``)."""
     text = _text(source)
     node = cst.parse_expression(text) if kind == "expression" else cst.parse_statement(text)
-    if not source.holes:
-        return node
-    return node.visit(_Fill({_placeholder(name): migrated(hole) for name, hole in source.holes}))
+    return settle(node, kind, {_placeholder(name): migrated(hole) for name, hole in source.holes}, wrapped)
 
 
 def parsed(source: Code, kind: str) -> cst.CSTNode:
@@ -67,20 +60,21 @@ def parsed(source: Code, kind: str) -> cst.CSTNode:
 
 
 # -- guarded regions ----------------------------------------------------------------------------
-def build_region(edit: Guarded, migrated: Migrated) -> List[cst.BaseStatement]:
-    """The statements that replace ``edit.block.body[edit.start:edit.end]``."""
+def build_region(edit: Guarded, migrated: Migrated, wrapped=None) -> List[cst.BaseStatement]:
+    """The statements that replace ``edit.block.body[edit.start:edit.end]`` (``wrapped``: as for
+    ``fill``)."""
     body = edit.block.body
     hoisted = [migrated(body[i]) for i in edit.hoisted]
     moved = [migrated(body[i]) for i in edit.moved]
     block = lambda stmts: cst.IndentedBlock(body=stmts, indent=edit.unit)  # noqa: E731
-    fused = [fill(part, "statement", migrated) for part in edit.fused]
+    fused = [fill(part, "statement", migrated, wrapped) for part in edit.fused]
     note = [cst.EmptyLine(comment=cst.Comment(f"# {edit.note}"))] if edit.note else []
-    test = fill(edit.guard, "expression", migrated)
+    test = fill(edit.guard, "expression", migrated, wrapped)
     if edit.fallthrough:  # a fast path in front of the original statements, which keep their lines
         return [*hoisted, cst.If(test=test, body=block(fused), leading_lines=note), *moved]
     lines = [*moved[0].leading_lines, *note]  # the comments above the region stay above it
     moved[0] = moved[0].with_changes(leading_lines=[])
-    moved += [fill(part, "statement", migrated) for part in edit.tail]
+    moved += [fill(part, "statement", migrated, wrapped) for part in edit.tail]
     return [*hoisted, cst.If(test=test, body=block(fused), orelse=cst.Else(body=block(moved)), leading_lines=lines)]
 
 
@@ -125,6 +119,8 @@ def region(scope: cst.CSTNode, block, start: int, end: int, guard: Code, fused: 
 # -- guarded expressions ------------------------------------------------------------------------
 def guarded_expression(node: cst.BaseExpression, guard: str, fused: str, *, parenthesize: bool = True) -> Replace:
     """``(fused if guard else <node as migrated>)``: ``guard`` and ``fused`` are source text that
-    reads only names and attributes (they are evaluated in place of the original expression)."""
+    reads only names and attributes (they are evaluated in place of the original expression).
+    ``parenthesize``: the parentheses that make it read as one value inside a larger expression
+    (without them, it is still parenthesised where its place needs it: ``migrate.parens.landing``)."""
     text = f"{fused} if {guard} else {{orig}}"
     return Replace(node, code(f"({text})" if parenthesize else text, orig=node))

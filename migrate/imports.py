@@ -12,6 +12,23 @@ module does not otherwise use the name it carries ``# noqa: F401``, which keeps 
 and flake8 from deleting it. Existing imports are never moved: a block that was unsorted before
 stays as it was, with the new import at the place the sorted order gives among its neighbours.
 
+A module vendored beside the migrated file (the helper) is imported so that it resolves however
+the file is loaded::
+
+    try:
+        from .npu_glue import npu_glue
+    except ImportError:  # not loaded as part of a package
+        import npu_glue
+
+The relative import serves a package, a PEP 420 namespace sub-package (a folder without
+``__init__.py`` imported as ``pkg.modules.layers``), a ``src/`` layout and transformers' remote-code
+loader (which copies the files a modeling file imports in that form and skips imports inside
+``try``); the absolute one a file run as ``python path/to/file.py`` (its folder is ``sys.path[0]``)
+or imported from its own folder on ``sys.path``. A file imported both ways gets the helper each way.
+Which of these applies is decided where the file is loaded, not by guessing the layout here. The
+``try`` statement goes below the first import block (isort leaves it there: it is not an import
+statement), separated by one blank line.
+
 Only the module's top-level statement list is touched (libcst's AddImportsVisitor gathers every
 import with a full traversal and rebuilds the whole tree, about 8x the parse of the file), and
 "already imported" is answered by the NameResolver that the rules used.
@@ -26,6 +43,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from npu_migrate.migrate.edits import ImportSpec
+from npu_migrate.migrate.helpers import BESIDE
 from npu_migrate.migrate.names import NameResolver
 from npu_migrate.migrate.tree import TreeIndex, children
 
@@ -35,17 +53,20 @@ FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
 STDLIB_NAMES: FrozenSet[str] = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
-def _statement(spec: ImportSpec, noqa: bool = False) -> cst.SimpleStatementLine:
+def _statement(spec: ImportSpec, noqa: bool = False) -> cst.BaseStatement:
     alias = f" as {spec.asname}" if spec.asname else ""
     comment = f"  {NOQA}" if noqa else ""
+    if spec.beside:
+        return cst.parse_statement(BESIDE.format(spec.module))
     if spec.obj is None:
         return cst.parse_statement(f"import {spec.module}{alias}{comment}\n")
     return cst.parse_statement(f"from {spec.module} import {spec.obj}{alias}{comment}\n")
 
 
 def _present(spec: ImportSpec, names: NameResolver, top_level_code: set) -> bool:
-    if spec.module.startswith(".") and spec.obj is not None and f"from . import {spec.obj}" in top_level_code:
-        return True  # the helper as an earlier version imported it
+    if spec.beside:  # this form, or one an earlier version wrote (the name bound at the top level)
+        return spec.module in names.imports or any(
+            f"from .{spec.module} import {spec.module}" == c or f"from . import {spec.module}" == c for c in top_level_code)
     if not spec.module.startswith(".") and spec.obj is None and spec.asname is None:
         head = spec.module.split(".")[0]
         if head in names.imports.get(head, ()):
@@ -159,19 +180,31 @@ def _has_blank(statement: cst.BaseStatement) -> bool:
 
 def add_imports(module: cst.Module, specs: Iterable[ImportSpec], names: NameResolver,
                 first_party: FrozenSet[str] = frozenset(), original: Optional[TreeIndex] = None) -> cst.Module:
-    """``module`` with each import of ``specs`` that it lacks, placed in its first import block.
-    ``original``: the index of the module ``module`` was migrated from (its nodes kept as they were
-    are not searched for a name they do not hold)."""
+    """``module`` with each import of ``specs`` that it lacks, placed in its first import block (a
+    module vendored beside the file: its ``try`` statement right below that block). ``original``: the
+    index of the module ``module`` was migrated from (its nodes kept as they were are not searched for
+    a name they do not hold)."""
     body = list(module.body)
     top_level_code = {module.code_for_node(s).strip() for s in body if isinstance(s, cst.SimpleStatementLine)}
     missing = [spec for spec in dict.fromkeys(specs) if not _present(spec, names, top_level_code)]
     if not missing:
         return module
     start = 1 if body and _is_docstring(body[0]) else 0
-    for spec in missing:
+    for spec in (s for s in missing if not s.beside):
         kept = (lambda node, name=spec.module: original.contains(node) and name not in original.names(node)) \
             if original is not None else (lambda node: False)
         noqa = spec.obj is None and spec.asname is None and spec.module in SIDE_EFFECT and \
             not _uses(module, spec.module, kept)
         body = _insert(body, start, _statement(spec, noqa), first_party)
+    beside = [_statement(spec) for spec in missing if spec.beside]
+    if beside:
+        end = start
+        while end < len(body) and _is_import(body[end]):
+            end += 1
+        if end > start:
+            beside[0] = beside[0].with_changes(leading_lines=(cst.EmptyLine(),))
+        rest = body[end:]
+        if rest and not _has_blank(rest[0]):
+            rest[0] = rest[0].with_changes(leading_lines=(cst.EmptyLine(), *rest[0].leading_lines))
+        body = [*body[:end], *beside, *rest]
     return module.with_changes(body=body)

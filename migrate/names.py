@@ -12,7 +12,7 @@ Two other ways to import are read as imports, so that nothing they bind goes unm
 - ``from M import *``: after the walk, the names the module reads but never binds (ScopeProvider's
   accesses without a referent; builtins have one) are bound to ``M.name``, as if imported by name
   (``star_names``), when the file has one star import; with several, which module binds a name is
-  not known and nothing is bound (``ambiguous_star``; such a file is reported, NPU209);
+  not known and nothing is bound (``ambiguous_star``; such a file is reported, NPU230);
 - ``name = __import__("M")`` (the top package ``M`` names, or ``M`` itself with a ``fromlist``) and
   ``name = importlib.import_module("M")``, with a literal module name, bind ``name`` like an
   ``import`` statement (``dynamic``: the call, the name and the module it binds).

@@ -268,7 +268,7 @@ def rebuild(notebook: Notebook, migrated: str) -> str:
     return text
 
 
-def migrate(engine_migrate: Callable[[str, bytes, bool], FileResult], path: str, data: bytes,
+def migrate(engine_migrate: Callable[[str, bytes], FileResult], path: str, data: bytes,
             error: Callable[..., FileResult]) -> FileResult:
     """The notebook's result: its code cells migrated by ``engine_migrate`` (the engine on one module),
     findings located by cell; ``error`` makes an error result (``engine.error_result``)."""
@@ -277,7 +277,7 @@ def migrate(engine_migrate: Callable[[str, bytes, bool], FileResult], path: str,
     except NotebookError as exc:
         return error(path, diagnostics.PARSE_ERROR, f"notebook cannot be migrated: {exc}", exc.line)
     source, where = python_source(notebook)
-    result = engine_migrate(path, source.encode("utf-8"), False)
+    result = engine_migrate(path, source.encode("utf-8"))
     result.path = path
 
     def place(line: int) -> Tuple[Optional[int], int]:

@@ -1,4 +1,6 @@
-"""Running the engine over a tree's Python files, in worker processes, without writing anything.
+"""Running the engine over a tree's Python files, in worker processes, without writing anything; then
+its dependency and launcher files (``migrate.files.run``), which may depend on what the Python
+files became.
 
 Every file runs under one guard: its read (``migrate.sources``: no links, a size limit), the
 engine (which turns RecursionError, MemoryError and crashes into the file's error result) and a
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterator, List, Map
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
+from npu_migrate.migrate.files import run as declared_files
 from npu_migrate.migrate.findings import FileResult, Finding, error_result
 from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
 from npu_migrate.migrate.pool import supervise
@@ -37,13 +40,13 @@ PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # every 700 allocations (CPython's default) scans the young trees again and again for nothing.
 WORKER_GC_THRESHOLD = (50_000, 20, 20)
 
-Task = Tuple[str, bool]  # (path relative to the root, whether its directory is a package)
+Task = str  # a path relative to the root
 
 
 @dataclass
 class RunResult:
     root: Path
-    files: List[FileResult]  # one per Python file, sorted by path
+    files: List[FileResult]  # one per Python, dependency or launcher file (``kind``), sorted by path
     copied: List[str] = field(default_factory=list)  # the other files of the tree, copied unchanged
     excluded: List[Excluded] = field(default_factory=list)  # what discovery left out, with the reason
     written: Optional["WriteOutcome"] = None  # what the run wrote (None: nothing was to be written)
@@ -122,9 +125,8 @@ class _Job:
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _read(task: Task) -> Union[FileResult, Tuple[bytes, Optional[str]]]:
+def _read(path: Task) -> Union[FileResult, Tuple[bytes, Optional[str]]]:
     """The file's bytes and its cache key, or its error result when it cannot be read."""
-    path, in_package = task
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
@@ -132,13 +134,13 @@ def _read(task: Task) -> Union[FileResult, Tuple[bytes, Optional[str]]]:
         return error_result(path, exc.code, exc.message)
     if job.cache is None:
         return data, None
-    return data, job.cache.key(path, hashlib.sha256(data).hexdigest(), in_package, job.context(path))
+    return data, job.cache.key(path, hashlib.sha256(data).hexdigest(), job.context(path))
 
 
-def _cached(task: Task) -> Optional[FileResult]:
+def _cached(path: Task) -> Optional[FileResult]:
     """The file's result from the cache (or its read error), without migrating it; None when it must be
     migrated."""
-    read = _read(task)
+    read = _read(path)
     if isinstance(read, FileResult):
         return read
     data, key = read
@@ -148,16 +150,15 @@ def _cached(task: Task) -> Optional[FileResult]:
     return hit
 
 
-def _migrate_task(task: Task) -> FileResult:
-    path, in_package = task
+def _migrate_task(path: Task) -> FileResult:
     job = _job
-    read = _read(task)
+    read = _read(path)
     if isinstance(read, FileResult):
         return read
     data, key = read
     try:
         with time_budget(job.limits.max_seconds):
-            result = job.engine_for(path).migrate(path, data, in_package=in_package)
+            result = job.engine_for(path).migrate(path, data)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
@@ -174,7 +175,7 @@ def _largest_first(root: Path, tasks: List[Task]) -> List[Task]:
     still parsing a large file that came last while the others wait."""
     def size(task: Task) -> int:
         try:
-            return os.lstat(root / task[0]).st_size
+            return os.lstat(root / task).st_size
         except OSError:
             return 0
 
@@ -206,22 +207,12 @@ def _file_diff(result: FileResult) -> str:
 def _lost(task: Task, why: str) -> FileResult:
     """The result of a file whose worker died or stayed silent past the hard limit."""
     if why.startswith("no answer"):
-        return error_result(task[0], diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
-                                                            f"(--file-timeout; {why}); not migrated")
-    return error_result(task[0], diagnostics.WORKER_DIED, f"{why}; not migrated")
+        return error_result(task, diagnostics.TIMED_OUT, f"migration took longer than {_job.limits.max_seconds:g} s "
+                                                         f"(--file-timeout; {why}); not migrated")
+    return error_result(task, diagnostics.WORKER_DIED, f"{why}; not migrated")
 
 
 # -- main side --------------------------------------------------------------------------------------
-def _tasks(python: Sequence[str]) -> List[Task]:
-    """Each file with whether its directory holds an ``__init__.py`` (helpers then import relatively)."""
-    present = set(python)
-    tasks = []
-    for path in python:
-        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        tasks.append((path, parent + "__init__.py" in present))
-    return tasks
-
-
 def first_party_for(first_party: Mapping[str, FrozenSet[str]], path: str) -> FrozenSet[str]:
     """The module names isort counts as first party in the file at ``path`` (``first_party``: by directory)."""
     directory = path.rsplit("/", 1)[0] if "/" in path else ""
@@ -275,12 +266,28 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], "OpTable"]], *, select=None, ignore=None, jobs: Optional[int] = None,
-        copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
-        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None,
-        triage: bool = True) -> RunResult:
-    """Migrate ``python`` (paths relative to ``root``) in memory.
+def _enabled_in(select, ignore, ignored_in: Callable[[str], Tuple[str, ...]]):
+    """path -> (whether a code is on in that file, the file's ignores as a cache-key part)."""
+    def enabled(path: str) -> Tuple[Callable[[str], bool], str]:
+        extra = ignored_in(path)
+        every = [*(ignore or ()), *extra]
+        return (lambda code: _code_enabled(code, select, every)), f"ignore={','.join(extra)}"
+    return enabled
+
+
+def _code_enabled(code: str, select, ignore) -> bool:
+    from npu_migrate.migrate.rules import code_enabled  # the rules (and libcst) only when a file is migrated
+
+    return code_enabled(code, select, ignore)
+
+
+def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], "OpTable"]], *, select=None, ignore=None,
+        jobs: Optional[int] = None, copied: Sequence[str] = (), excluded: Sequence[Excluded] = (),
+        unlistable: Sequence[Excluded] = (), too_long: Sequence[Excluded] = (), progress: bool = False,
+        limits: Limits = Limits(), cache=None, isolate: bool = True,
+        ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None, triage: bool = True) -> RunResult:
+    """Migrate ``python`` (paths relative to ``root``) in memory, then the dependency and launcher files
+    among ``copied`` (the rest is copied unchanged).
 
     ``table``: the op table, or the function that loads it (called only when a file is migrated).
     With a ``cache``, this process looks each file up first; only the files it does not hold go to
@@ -291,7 +298,7 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
-    ``too_long``: paths over PATH_MAX (each an NPU016 error result).
+    ``too_long``: paths over PATH_MAX (each an NPU020 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     ``triage=False``: every file with a rule's trigger bytes goes to libcst (``migrate.triage``).
     """
@@ -300,17 +307,18 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
     jobs = max(1, jobs or os.cpu_count() or 1)
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
     results += [error_result(display(d.path), diagnostics.PATH_TOO_LONG, d.reason) for d in too_long]
-    copied = list(copied)
+    declared, copied = declared_files.split(root, copied)
     tasks = []
-    for task in _tasks(python):
-        problem = name_problem(task[0])
+    for path in python:
+        problem = name_problem(path)
         if problem:  # reported under a printable name, copied under its own
-            results.append(error_result(display(task[0]), diagnostics.BAD_NAME, problem))
-            copied.append(task[0])
+            results.append(error_result(display(path), diagnostics.BAD_NAME, problem))
+            copied.append(path)
         else:
-            tasks.append(task)
-    _job = _Job(root, limits, _once(table if callable(table) else lambda: table), first_party_names(python), cache,
-                ignored_in or (lambda path: ()), select, ignore, triage)
+            tasks.append(path)
+    ignored_in = ignored_in or (lambda path: ())
+    table = _once(table if callable(table) else lambda: table)
+    _job = _Job(root, limits, table, first_party_names(python), cache, ignored_in, select, ignore, triage)
     try:
         with _progress(len(tasks), progress) as advance:
             pending = tasks
@@ -337,5 +345,9 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
     finally:
         _job = None
         gc.unfreeze()
+    declared_results, data = declared_files.migrate_all(root, declared, results, table,
+                                                        _enabled_in(select, ignore, ignored_in), limits, cache)
+    results += declared_results
+    copied = [*copied, *data]
     results.sort(key=lambda r: r.path)
     return RunResult(root, results, sorted(copied), list(excluded))

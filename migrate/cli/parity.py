@@ -39,10 +39,12 @@ def parity(
     """Run the original and the migrated model side by side and compare outputs and gradients.
 
     Exit code: 0 when every case passes, 64 when one does not (it diverged, the migrated model
-    raised, or the emulation cannot run it), plus 32 when a case could not be set up (a spec
-    reference, tree or checkpoint problem, or an original model that does not run) or the spec is
-    invalid (32 alone); 130 when interrupted (Ctrl-C or SIGTERM: the worker processes are stopped).
-    Needs torch (the parity extra): without it, says what to install and exits 32."""
+    raised, or the emulation cannot run it), plus 128 when a numerics-changing rewritten site in a
+    file the runs imported never took its fused path (not proven: see the per-site table), plus
+    32 when a case could not be set up (a spec reference, tree or checkpoint problem, or an
+    original model that does not run) or the spec is invalid (32 alone); 130 when interrupted
+    (Ctrl-C or SIGTERM: the worker processes are stopped). Needs torch (the parity extra): without
+    it, says what to install and exits 32."""
     missing = missing_torch("migrate parity")
     if missing:
         console.print(f"[red]error:[/] {escape(missing)}", soft_wrap=True)
@@ -73,6 +75,7 @@ def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path],
     if json_out is not None:
         write_atomic(json_out, (json.dumps(report.to_json(), indent=2) + "\n").encode())
     code = exitcodes.OK if report.passed else exitcodes.PARITY_FAILED
+    code |= exitcodes.NOT_PROVEN if report.not_proven else 0
     return code | (exitcodes.CONFIG_ERROR if report.setup_failed else 0)
 
 

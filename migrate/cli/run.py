@@ -26,7 +26,8 @@ from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
-    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items() if code != exitcodes.PARITY_FAILED) + "."
+    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items()
+    if code not in (exitcodes.PARITY_FAILED, exitcodes.NOT_PROVEN)) + "."
 
 INTERRUPTED = exitcodes.INTERRUPTED
 
@@ -102,7 +103,7 @@ def run_command(
     force: bool = typer.Option(False, "--force", help="Allow --in-place outside git or on uncommitted changes; keeps <file>.orig backups."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", metavar="DIR", help="Where changes.patch and report.json/.md/.sarif/.html go (default: ./npu-migrate-report, or <PATH>-npu-report when the current directory is inside PATH). Inside PATH it is left out of the migration. With --check, the reports are written only when this is given."),
     opmap: List[Path] = typer.Option([], "--opmap", metavar="FILE", help="Extra op-table YAML file (repeatable); overrides built-in records."),
-    select: Optional[str] = typer.Option(None, "--select", metavar="CODES", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed."),
+    select: Optional[str] = typer.Option(None, "--select", metavar="CODES", callback=check_codes, help="Only these codes, comma-separated; prefixes like NPU2 allowed. NPU4xx notes (the vendor's advice) are opt-in: name them (NPU4)."),
     ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", callback=check_codes, help="Skip these codes, comma-separated; prefixes allowed."),
     exclude: List[str] = typer.Option([], "--exclude", metavar="PATTERNS", help="Do not migrate the files these gitignore-style patterns match (comma-separated, repeatable; relative to PATH); they are copied unchanged."),
     no_fused: bool = typer.Option(False, "--no-fused", help="Device rewrites only: no fused-kernel rewrite (same as --ignore NPU3)."),

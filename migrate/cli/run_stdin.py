@@ -40,8 +40,7 @@ def run_stdin(options: RunOptions) -> int:
     siblings = [p.name for p in where.resolve().parent.glob("*.py")] if where.name != "-" else []
     engine = build_engine(table, options.select, [*(options.ignore or ()), *ignored] or None,
                           first_party_names([*siblings, rel]))
-    in_package = where.name != "-" and (where.resolve().parent / "__init__.py").is_file()
-    file_result = engine.migrate(rel, data, in_package=in_package)
+    file_result = engine.migrate(rel, data)
     file_result.path = rel
     run = RunResult(where.resolve().parent if where.name != "-" else Path.cwd(), [file_result])
     from npu_migrate.migrate.outputs.changes import Change

@@ -42,4 +42,29 @@ def rows(parity: Optional[dict]) -> List[Dict[str, str]]:
 def verdict(parity: dict) -> str:
     cases = parity.get("cases", [])
     passed = sum(1 for c in cases if c.get("passed"))
-    return f"{'passed' if parity.get('passed') else 'FAILED'}: {passed}/{len(cases)} case(s) passed"
+    text = f"{'passed' if parity.get('passed') else 'FAILED'}: {passed}/{len(cases)} case(s) passed"
+    unproven = [s for s in parity.get("sites", []) if s.get("status") == "not proven"]
+    return text + (f"; NOT PROVEN: {len(unproven)} numerics-changing site(s) never ran fused" if unproven else "")
+
+
+def run_labels(parity: Optional[dict]) -> List[str]:
+    """The runs of the per-site table: ``case [dtype]``."""
+    return [f"{c.get('name')} [{c.get('dtype')}]" for c in (parity or {}).get("cases", [])]
+
+
+def ran(counts: dict) -> str:
+    """``ran n/m`` at a site in one run, with the commonest fallback reason; ``not reached``."""
+    calls, fused = counts.get("calls", 0), counts.get("fused", 0)
+    if not calls:
+        return "not reached"
+    fallbacks = counts.get("fallbacks") or {}
+    why = f"; fell back {max(fallbacks.values())}x: {max(fallbacks, key=fallbacks.get)}" if fallbacks else ""
+    return f"ran {fused}/{calls}{why}"
+
+
+def site_rows(parity: Optional[dict]) -> List[Dict[str, str]]:
+    """One dict per rewritten site: ``site``, ``status`` and one key per run label (``ran n/m`` or why not)."""
+    labels = run_labels(parity)
+    return [{"site": str(s.get("site")), "status": str(s.get("status")),
+             **{label: ran((s.get("runs") or {}).get(label, {})) for label in labels}}
+            for s in (parity or {}).get("sites", [])]

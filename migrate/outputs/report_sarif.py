@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 from npu_migrate.migrate import HOMEPAGE, __version__
 from npu_migrate.migrate.discovery import git_toplevel
+from npu_migrate.migrate.helpers import BESIDE, HELPER
 from npu_migrate.migrate.outputs.codes import ERROR, NOTE, WARNING, CodeInfo, catalogue
 from npu_migrate.migrate.outputs.hunks import FileDiff, Hunk
 
@@ -96,13 +97,18 @@ def _offsets(text: str) -> List[int]:
 
 
 _IMPORT_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import \w+)(\s+as \w+)?(\s+#.*)?$")
+_HELPER_IMPORT = set(BESIDE.format(HELPER).splitlines())  # the vendored helper's try/except import
+
+
+def _is_import(text: str) -> bool:
+    return bool(_IMPORT_LINE.match(text)) or text in _HELPER_IMPORT or not text.strip()
 
 
 def _import_changes(diff: FileDiff) -> List[Tuple[int, list, list]]:
     """The runs of the file's diff that only add top-level imports (``import torch_npu``, the helper):
     every rewrite of the file needs them, so each fix carries them."""
     return [g for hunk in diff.hunks for g in hunk.changes()
-            if not g[1] and g[2] and all(_IMPORT_LINE.match(line.text) or not line.text.strip() for line in g[2])]
+            if not g[1] and g[2] and all(_is_import(line.text) for line in g[2])]
 
 
 class _Cuts:

@@ -46,7 +46,7 @@ NAMES_NO_FILE = (diagnostics.BAD_NAME, diagnostics.UNLISTABLE, diagnostics.PATH_
 
 def python_paths(run: RunResult) -> List[str]:
     """The Python files of the tree under their real names (an NPU012 result carries a display name,
-    NPU014 and NPU016 results a directory or a path that cannot be opened: none is a file to write)."""
+    NPU014 and NPU020 results a directory or a path that cannot be opened: none is a file to write)."""
     return [r.path for r in run.files if not (r.findings and r.findings[0].code in NAMES_NO_FILE)]
 
 

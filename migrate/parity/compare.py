@@ -53,6 +53,8 @@ def compare_case(case: Case, label: str, original: Optional[dict], migrated: Opt
     override = case.tolerance.get(label, {})
     criteria = default_criteria()[precision(label).criteria_dtype].with_overrides(override)
     result = CaseResult(case.name, label, criteria, override.get("reason"))
+    result.sites = dict((migrated or {}).get("sites") or {})
+    result.loaded = list((migrated or {}).get("loaded") or [])
 
     for side, side_result in (("original", original), ("migrated", migrated)):
         failure = _side_failure(side, side_result)

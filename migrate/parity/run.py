@@ -21,6 +21,7 @@ from npu_migrate.migrate.parity.compare import compare_case
 from npu_migrate.migrate.parity.failures import TIMED_OUT
 from npu_migrate.migrate.parity.process import DONE, READY, START, STARTUP_SECONDS, Reaper, Worker, exited
 from npu_migrate.migrate.parity.report import ParityReport
+from npu_migrate.migrate.parity.sites import rewritten_sites
 from npu_migrate.migrate.parity.spec import SpecError, load_spec
 from npu_migrate.migrate.parity.worker import spec_runs
 
@@ -146,7 +147,7 @@ def run_parity(spec: Path, original: Optional[Path] = None, migrated: Optional[P
             second.stop()
             reaper.close()
     notify("comparing")
-    report = ParityReport(str(spec), str(original), str(migrated), backing)
+    report = ParityReport(str(spec), str(original), str(migrated), backing, rewritten=rewritten_sites(migrated))
     for run, (case, label) in enumerate(runs):
         report.cases.append(compare_case(case, label, first.results.get(run), second.results.get(run)))
     return report

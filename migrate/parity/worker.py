@@ -11,6 +11,8 @@ original side finishes them, so the two overlap. Each run's plain dict of tensor
 ends (the parent stops a run that exceeds its time limit). The original side also ships the
 weights and inputs. A case that fails becomes an ``error`` string (with ``raised_in`` when a
 forward raised, ``not_supported`` when the emulation cannot run it), never a crash of the worker.
+The migrated side also ships, per run, what ran at each rewritten site and the tree's files it
+imported (``parity.sites``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from torch.utils._pytree import tree_map
 
+from npu_migrate.migrate.parity import sites
 from npu_migrate.migrate.parity.checkpoint import load_checkpoint
 from npu_migrate.migrate.parity.coverage import OpTrace
 from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
@@ -196,6 +199,8 @@ def run_case(case: Case, label: str, resolver: Resolver, backing: str,
     result: Dict[str, Any] = {"error": None, "weight_problems": []}
     if trace is not None:
         trace.reset()
+    if side == "migrated":
+        sites.reset_counts()
     try:
         model = build(case, prec, resolver, device)
         if original is None:
@@ -221,6 +226,8 @@ def run_case(case: Case, label: str, resolver: Resolver, backing: str,
         result.update(failure.for_side(side).to_json())
         if trace is not None:  # what ran before the failure
             result["coverage"] = trace.to_json()
+    if side == "migrated":  # what ran at each rewritten site, and which of the tree's files were imported
+        result["sites"], result["loaded"] = sites.take_counts(), sites.loaded_files(resolver.tree)
     return result
 
 

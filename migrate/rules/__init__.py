@@ -11,6 +11,9 @@ from typing import Iterable, List, Optional, Type
 from npu_migrate.migrate.rules.base import Rule
 
 _NOT_RULES = {"base"}
+# NPU4xx codes are notes and advice (DESIGN: "NPU4xx opt-in/noisy"): a run emits them only when
+# --select names them (``NPU4``, ``NPU40``, ``NPU401``), never by default or through ``--select NPU``
+OPT_IN = "NPU4"
 
 
 @lru_cache(maxsize=1)
@@ -37,15 +40,18 @@ def _matches(code: str, patterns: Iterable[str]) -> bool:
     return any(code.startswith(p.strip().upper()) for p in patterns if p.strip())
 
 
-def select_rules(select: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> List[Type[Rule]]:
-    """Rules with at least one code selected and not ignored (prefixes allowed)."""
-    chosen = []
-    for rule in all_rules():
-        codes = [c for c in rule.all_codes() if (not select or _matches(c, select)) and not _matches(c, ignore or ())]
-        if codes:
-            chosen.append(rule)
-    return chosen
+def _selected(code: str, select: Optional[List[str]]) -> bool:
+    """An opt-in code only by a pattern that reaches into its group (``OPT_IN`` or longer)."""
+    if code.startswith(OPT_IN):
+        return any(p.strip().upper().startswith(OPT_IN) and code.startswith(p.strip().upper()) for p in select or ())
+    return not select or _matches(code, select)
 
 
 def code_enabled(code: str, select: Optional[List[str]], ignore: Optional[List[str]]) -> bool:
-    return (not select or _matches(code, select)) and not _matches(code, ignore or ())
+    return _selected(code, select) and not _matches(code, ignore or ())
+
+
+def select_rules(select: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> List[Type[Rule]]:
+    """Rules with at least one code selected and not ignored (prefixes allowed; opt-in codes only
+    when named, ``OPT_IN``)."""
+    return [rule for rule in all_rules() if any(code_enabled(c, select, ignore) for c in rule.all_codes())]

@@ -1,10 +1,14 @@
 """Rewriting whole-string literals that name a device (``"cuda:0"``) or a backend (``"nccl"``).
 
 A string is only touched where the code uses it as such: a keyword argument with a known name
-(``device=``, ``backend=``), the first argument of a known function, a value assigned to or
+(``device=``, ``backend=``) or a name the rule's ``keyword_hint`` accepts (configuration objects:
+``ddp_backend=``, ``device_map=``), the first argument of a known function, a value assigned to or
 compared with a variable named like one (``device``, ``args.backend``), a parameter default, or a
 ternary whose two branches are both such strings (``"cuda" if ... else "cpu"``). Strings inside
-larger text (log messages, paths) never match because the whole value must match.
+larger text (log messages, paths) never match because the whole value must match. A rule with an
+``unplaced`` record reports every other whole-string match of a torch file (a dict key, a value
+compared with an unknown name): the vendor's static tool rewrites those too, this one keeps them,
+so they are listed rather than silent.
 """
 
 from __future__ import annotations
@@ -14,9 +18,13 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, Optional, Pattern, Set
 
 import libcst as cst
 
-from npu_migrate.migrate.rules._scope import TorchScoped
+from npu_migrate.migrate.rules._scope import PACKAGE, TORCH, TorchScoped
 from npu_migrate.migrate.rules._syntax import code
-from npu_migrate.migrate.rules._table import TORCH_NPU, dotted
+from npu_migrate.migrate.rules._table import TORCH_NPU, dotted, plan_of
+
+
+MESSAGE_CALLS = frozenset({"print", "log", "debug", "info", "warning", "warn", "error", "exception", "critical",
+                           "warning_once", "info_once", "write"})
 
 
 def string_value(node: cst.CSTNode) -> Optional[str]:
@@ -46,6 +54,9 @@ def literal_sites(expr: cst.CSTNode, pattern: Pattern) -> Iterator[cst.CSTNode]:
     elif isinstance(expr, cst.IfExp):
         yield from literal_sites(expr.body, pattern)
         yield from literal_sites(expr.orelse, pattern)
+    elif isinstance(expr, cst.BooleanOperation):  # ``get_accelerator() or "cuda"``
+        yield from literal_sites(expr.left, pattern)
+        yield from literal_sites(expr.right, pattern)
     elif isinstance(expr, cst.Dict):
         for element in expr.elements:
             if isinstance(element, cst.DictElement):
@@ -82,15 +93,23 @@ class LiteralRule(TorchScoped):
     kin: ClassVar[Pattern]  # a literal of the same kind (for "both ternary branches" detection)
     words: ClassVar[Dict[str, str]]  # substring replacements inside a matching literal
     keywords: ClassVar[FrozenSet[str]]  # keyword arguments (and dict keys) that take such a literal
+    keyword_hint: ClassVar[Optional[Pattern]] = None  # or whose name matches this (``ddp_backend``)
     first_arg_of: ClassVar[FrozenSet[str]]  # functions whose first positional argument takes one
     hint: ClassVar[Pattern]  # a variable whose (lower-case) name matches this holds such a literal
     not_hint: ClassVar[Optional[Pattern]] = None  # a name matching this holds another kind of string
+    unplaced: ClassVar[Optional[str]] = None  # the record (plan) of matches kept elsewhere; None: not reported
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._seen: Set[int] = set()
         imports_torch = "torch" in ctx.names.imported_heads()
         self._imports = (TORCH_NPU,) if imports_torch else ()
+
+    def takes_literal(self, keyword: Optional[str]) -> bool:
+        """A keyword argument or dict key named ``keyword`` takes such a literal."""
+        if not keyword or self.other_kind(keyword):
+            return False
+        return keyword in self.keywords or (self.keyword_hint is not None and self.keyword_hint.search(keyword.lower()) is not None)
 
     def takes_first_arg(self, call: cst.Call) -> bool:
         return dotted(call.func) is not None and self.qualified_name(call.func) in self.first_arg_of
@@ -133,13 +152,37 @@ class LiteralRule(TorchScoped):
             self.scoped_replace(site, replaced, f"{code(site)} → {code(replaced)}", target=string_value(replaced),
                                 imports=self._imports)
 
+    def leave_Module(self, original_node: cst.Module) -> None:
+        """Report the matches no position took (``unplaced``), in torch files, but docstrings and the
+        strings that ``keep`` says must stay (a test guarding CUDA-only code: NPU207 reports it)."""
+        if self.unplaced is None or self.scope not in (TORCH, PACKAGE):
+            return
+        parents = self.ctx.tree.parents()
+        for site in self.ctx.tree.of_type(original_node, cst.SimpleString, cst.FormattedString):
+            value = string_value(site)
+            if value is None or not self.pattern.fullmatch(value) or id(site) in self._seen or self.keep(site):
+                continue
+            if isinstance(parents.get(id(site)), (cst.Expr, cst.ConcatenatedString)) or self._message(site, parents):
+                continue
+            why = f"{code(site)} kept: not where this code names its {self.unplaced_what}"
+            self.report(site, why, fallback=plan_of(self.ctx.table, self.unplaced, why), api=self.unplaced)
+
+    unplaced_what: ClassVar[str] = "device"
+
+    @staticmethod
+    def _message(site: cst.CSTNode, parents) -> bool:
+        """An argument of a call that prints or logs (``logging.info("cuda")``): text, not a value."""
+        arg = parents.get(id(site))
+        call = parents.get(id(arg)) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and (last_identifier(call.func) or "") in MESSAGE_CALLS
+
     # -- positions ------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for arg in node.args:
             if arg.keyword is not None and self.other_kind(arg.keyword.value):
                 self.leave_alone(arg.value)
-            elif arg.keyword is not None and arg.keyword.value in self.keywords:
+            elif arg.keyword is not None and self.takes_literal(arg.keyword.value):
                 self.fix(arg.value)
         if positional and self.takes_first_arg(node):
             self.fix(positional[0].value)
@@ -152,7 +195,7 @@ class LiteralRule(TorchScoped):
                     self.fix(arg.value)
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
-        if string_value(node.key) in self.keywords:
+        if self.takes_literal(string_value(node.key)):
             self.fix(node.value)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:

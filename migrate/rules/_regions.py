@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules._view import Value, View
 from npu_migrate.migrate.tree import children as children_nodes
@@ -114,8 +115,13 @@ def slice_of(view: View, root: Value, operands: Sequence[Value], parents) -> Uni
 
 
 def operand_code(piece: Slice, value: Value, env: Optional[Dict[str, Value]] = None) -> Optional[str]:
-    """Source for ``value`` that denotes it where the guard runs, or None."""
-    env = piece.guard_env() if env is None else env
+    """Source for ``value`` that denotes it where the guard runs, as an atom (``migrate.parens``:
+    parenthesised unless a primary, so that it may be pasted anywhere), or None."""
+    text = _source(piece, value, piece.guard_env() if env is None else env)
+    return None if text is None else atom(text)
+
+
+def _source(piece: Slice, value: Value, env: Dict[str, Value]) -> Optional[str]:
     named = [name for name, bound in env.items() if bound is value]
     if named:
         preferred = code(value.node) if isinstance(value.node, cst.Name) else None

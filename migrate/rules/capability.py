@@ -9,9 +9,11 @@ architecture:
 - ``torch.cuda.get_device_properties(...).major`` / ``.minor`` → ``0``, also through a name bound to
   the properties in the same scope (``props = ...; props.major``);
 - ``torch.cuda.get_arch_list()`` → ``[]``;
+- ``torch.utils._triton.has_triton()`` (and ``torch._dynamo.utils.has_triton()``) → ``False``: no
+  device of an NPU machine runs Triton's GPU kernels (transfer_to_npu patches it to False);
 
-and a comparison of such a value (or of its ``[0]``/``[1]``) with literals is folded to its result:
-``torch.cuda.get_device_capability() >= (8, 0)`` → ``False``. The code then takes the path it takes
+and a comparison of such a value (or of its ``[0]``/``[1]``, or a ``not`` of it) with literals is
+folded to its result: ``torch.cuda.get_device_capability() >= (8, 0)`` → ``False``. The code then takes the path it takes
 on a GPU without that capability, never a Triton or CUDA-kernel path meant for sm80+.
 """
 
@@ -30,7 +32,8 @@ from npu_migrate.migrate.rules._table import TableNameRule, dotted
 
 CAPABILITY = "torch.cuda.get_device_capability"
 PROPERTIES = "torch.cuda.get_device_properties"
-VALUES: Dict[str, Any] = {CAPABILITY: (0, 0), "torch.cuda.get_arch_list": []}
+VALUES: Dict[str, Any] = {CAPABILITY: (0, 0), "torch.cuda.get_arch_list": [], "torch.utils._triton.has_triton": False,
+                          "torch._dynamo.utils.has_triton": False}
 FIELDS = ("major", "minor")  # properties fields that hold the capability
 
 _COMPARE = {
@@ -63,10 +66,10 @@ def literal(node: cst.CSTNode) -> Any:
 class Capability(TableNameRule):
     declarations = (
         DiagnosticCode("NPU206", "capability",
-                       "CUDA capability query → no CUDA capability on an NPU ((0, 0); literal comparisons folded)",
+                       "CUDA capability query → none on an NPU ((0, 0), [], has_triton() False; literals folded)",
                        rewrites=True, example="capability"),
     )
-    triggers = (b"get_device_capability", b"get_arch_list", b"get_device_properties")
+    triggers = (b"get_device_capability", b"get_arch_list", b"get_device_properties", b"has_triton")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -92,7 +95,7 @@ class Capability(TableNameRule):
     def on_record(self, node, qualified, record, api) -> None:
         call = self.ctx.tree.parents().get(id(node))
         if qualified in VALUES and isinstance(call, cst.Call) and call.func is node:
-            self._site(call, VALUES[qualified], qualified, record.summary)
+            self._site(call, VALUES[qualified], qualified, record)
         else:
             self.report_record(node, record, qualified, f"{qualified} (not called here): {record.summary}; review the use")
 
@@ -105,14 +108,14 @@ class Capability(TableNameRule):
         if bound or self._is_properties_call(receiver):
             record = self.ctx.table.get(CAPABILITY)
             if record is not None and record.code == self.code:
-                self._site(node, 0, f"{PROPERTIES}(...).{node.attr.value}", record.summary)
+                self._site(node, 0, f"{PROPERTIES}(...).{node.attr.value}", record)
 
-    def _site(self, node: cst.CSTNode, value: Any, api: str, why: str) -> None:
+    def _site(self, node: cst.CSTNode, value: Any, api: str, record) -> None:
+        why = record.summary
         target, value = self._fold(node, value)
         new = cst.parse_expression(repr(value))
         message = f"{code(target).strip()} → {code(new)}: {why}"
         if self._raises(target, value):
-            record = self.ctx.table.get(CAPABILITY)
             self.report(target, f"{code(target).strip()} is {value!r} on an NPU ({why}) and the branch it selects "
                         f"raises: left for review", fallback=record.fallback, api=api)
             return
@@ -139,6 +142,8 @@ class Capability(TableNameRule):
             if index is not None and -len(value) <= index < len(value):
                 node, value = parent, value[index]
                 parent = parents.get(id(node))
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not) and isinstance(value, bool):
+            return parent, not value
         if isinstance(parent, cst.ComparisonTarget):
             parent = parents.get(id(parent))
         if isinstance(parent, cst.Comparison):

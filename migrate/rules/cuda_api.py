@@ -21,7 +21,7 @@ class CudaApi(CudaOnlyGuards, TableNameRule):
                        "torch.cuda API → torch.npu (reported when torch_npu has no twin)",
                        rewrites=True, example="cuda_api"),
     )
-    triggers = (b"cuda",)
+    triggers = (b"cuda", b"_host_emptyCache")
 
     def on_record(self, node, qualified, record, api) -> None:
         if is_properties_field(self.ctx, node) or self.keeps_cuda(node):

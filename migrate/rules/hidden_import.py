@@ -1,4 +1,4 @@
-"""NPU209: torch imported in a way whose names cannot be followed, reported so that nothing the
+"""NPU230: torch imported in a way whose names cannot be followed, reported so that nothing the
 tool cannot see is silently left on CUDA.
 
 The resolver (``migrate.names``) reads ``from torch import *`` and ``name = __import__("torch")`` /
@@ -29,7 +29,7 @@ def _torch(module: str) -> bool:
 
 class HiddenImport(Rule):
     declarations = (
-        DiagnosticCode("NPU209", "hidden-torch-import",
+        DiagnosticCode("NPU230", "hidden-torch-import",
                        "torch imported in a way its names cannot be followed (star or run-time import); reported",
                        example="hidden_import"),
     )

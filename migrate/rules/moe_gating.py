@@ -37,8 +37,10 @@ from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
 from npu_migrate.migrate.guarded import region
+from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._normal import number
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._regions import Slice, operand_code, statement_of
 from npu_migrate.migrate.rules._router_region import TEMP, bound, branching, env_after, named, router_slice, tail_of
 from npu_migrate.migrate.rules._router_match import Router, names_a_router, routers_in
@@ -221,11 +223,13 @@ class MoeGating(Rule):
             args = [f"{a}.to({dtype})" if a.startswith("bias=") else a for a in args]
             guard = f"{HELPER}.moe_top_k_fits({', '.join([logits, k, *checks])})"
             call = f"torch_npu.npu_moe_gating_top_k({', '.join([x, k, *args])})"
+        flags = []
         for flag in r.flags:
             text = self._text(piece, flag)
             if text is None:
                 return "the flag of its renormalisation is not available where the router starts"
-            guard += f" and {text}"
+            flags.append(text)
+        guard = sited(guard, flags)
         fused = [f"{w}, {i}, {p} = {call}\n"]
         fused += [f"{i} = {i}.long()\n"] if i != "_" else []
         fused += [f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else []
@@ -273,12 +277,12 @@ class MoeGating(Rule):
         """Source for an input where the guard runs; arithmetic of such inputs (``n_expert // n_group``
         read in an inlined helper) is written from its parts."""
         if value.op == "const" and value.node is not None:
-            return code(value.node)
+            return atom(code(value.node))
         text = operand_code(piece, value)
         if text is None and value.op in ARITHMETIC and value.input is not None and value["other"] is not None:
             left, right = self._text(piece, value.input), self._text(piece, value["other"])
             if left is not None and right is not None:
-                return f"({left} {ARITHMETIC[value.op]} {right})"
+                return atom(f"{left} {ARITHMETIC[value.op]} {right}")
         return text
 
     def _kernel_input(self, r: Router, piece: Slice) -> Optional[str]:
@@ -310,7 +314,7 @@ class MoeGating(Rule):
             other = operand_code(piece, dtype)
             return f"{other}.dtype" if other is not None else None
         if dtype.node is not None:
-            return code(dtype.node) if dtype.op == "name" else operand_code(piece, dtype)
+            return atom(code(dtype.node)) if dtype.op == "name" else operand_code(piece, dtype)
         return self._spelled(dtype.name)
 
     def _spelled(self, qualified: Optional[str]) -> Optional[str]:
@@ -331,5 +335,5 @@ class MoeGating(Rule):
             return f".{method}()"
         if dtype.op == "name" and dtype.name in ("torch.float32", "torch.float"):
             return ".float()"
-        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else code(dtype.node)
+        text = operand_code(piece, dtype) if dtype.node is None or dtype.op != "name" else atom(code(dtype.node))
         return f".to({text})" if text is not None else None

@@ -73,12 +73,12 @@ def test_reported_site_carries_the_record_fallback_and_position():
 
 
 def test_nested_fixes_compose_and_helpers_are_imported():
-    result = engine(RenameCuda, WrapCalls).migrate("pkg/m.py", b"y = wrap(x.cuda())\n", in_package=True)
+    result = engine(RenameCuda, WrapCalls).migrate("pkg/m.py", b"y = wrap(x.cuda())\n")
     assert "y = outer(wrap(x.npu()))" in result.migrated
-    assert "from .npu_glue import npu_glue" in result.migrated
     assert result.helpers == ["npu_glue"]
-    plain = engine(WrapCalls).migrate("m.py", b"y = wrap(1)\n", in_package=False)
-    assert "import npu_glue" in plain.migrated and "from ." not in plain.migrated
+    # the helper is imported so that it resolves in any layout (tests/core/test_helper_import.py)
+    assert "try:\n    from .npu_glue import npu_glue\nexcept ImportError:" in result.migrated
+    assert "\n    import npu_glue\n" in result.migrated
 
 
 def test_prefilter_skips_files_no_rule_can_touch():

@@ -192,3 +192,16 @@ def test_files_ast_does_not_accept_or_that_nest_deep_go_to_libcst():
     ast.parse(deep)
     assert triage.words_of(deep) is None
     assert triage.may_hold_site("def f(:\n", [], [])
+
+
+def test_an_experts_class_gated_by_the_library_reaches_libcst_without_a_product_in_the_file(table):
+    """NPU330's experts site is the decorated class (``_swiglu_experts``): no function of the file need
+    multiply or name an activation for it to be found."""
+    text = (FIXTURES / "NPU330_swiglu_hf_experts" / "input.py").read_text()
+    text = text.replace("2 * config.intermediate_size", "config.gate_up_size")
+    words = triage.words_of(text)
+    assert not (words.multiplies or any(f.multiplies for f in words.functions))
+    with_triage = engine_module.build_engine(table, select=["NPU330"]).migrate("experts.py", text.encode())
+    without = engine_module.build_engine(table, select=["NPU330"], triage=False).migrate("experts.py", text.encode())
+    assert asdict(with_triage) == asdict(without)
+    assert with_triage.status == "changed" and [f.code for f in with_triage.findings] == ["NPU330"]

@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 
 from npu_migrate.migrate import diagnostics
+from npu_migrate.migrate.helpers import BESIDE, HELPER
 from npu_migrate.migrate.outputs import report_json, report_sarif
 from npu_migrate.migrate.outputs.codes import catalogue
 from npu_migrate.migrate.outputs.changes import Change
@@ -203,6 +204,7 @@ def test_the_fixes_of_the_demo_rebuild_every_rewritten_line(demo):
                 for rep in change["replacements"]:
                     reps[json.dumps(rep, sort_keys=True)] = rep
     assert set(by_file) == {"eval.py", "train.py", "tinyllama/model.py"}
+    helper_import = BESIDE.format(HELPER).splitlines()
     for path, reps in by_file.items():
         patched = _apply((repo / path).read_text(), reps.values()).splitlines()
         migrated = (out / path).read_text().splitlines()

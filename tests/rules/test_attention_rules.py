@@ -11,6 +11,7 @@ import torch
 from npu_migrate import kernels
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.opmap import load_table
+from tests.rules.emulated import pasted_low
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "rules"
@@ -47,11 +48,13 @@ def npu():
             sys.modules.pop("npu_glue", None)
 
 
-def load(case: str, table, code: str):
-    """(original namespace, migrated namespace) of a rule fixture."""
+def load(case: str, table, code: str, spelling: str = "as written"):
+    """(original namespace, migrated namespace) of a rule fixture (``spelling``: tests/rules/emulated.py)."""
     source = (FIXTURES / case / "input.py").read_text()
-    result = build_engine(table, select=[code]).migrate("input.py", source.encode())
+    with pasted_low(spelling == "low precedence"):
+        result = build_engine(table, select=[code]).migrate("input.py", source.encode())
     assert result.status == "changed", result.error
+    assert spelling == "as written" or " if True else " in result.migrated
     spaces = []
     for text in (source, result.migrated):
         namespace = {"__name__": f"fixture_{case}"}
@@ -109,8 +112,14 @@ def test_causal_buffer_attention_is_equal(table, npu, dtype):
     x = rand(2, 7, 32, dtype=dtype)
     npu.clear()
     got = migrated(x)
-    assert len(npu) == 1 and npu[0]["sparse_mode"] == 2
+    # the buffer's current values are the kernel's mask, never the causal sparse mode it was built for
+    assert len(npu) == 1 and npu[0].get("sparse_mode", 0) == 0
+    assert torch.equal(npu[0]["atten_mask"][0, 0], ~torch.ones(7, 7, dtype=torch.bool).tril())
     close(got, original(x), dtype, table)
+    for model in (original, migrated):  # a prefix-LM fills its buffer after __init__
+        model.bias.fill_(1)
+    close(migrated(x), original(x), dtype, table)
+    assert len(npu) == 2 and not npu[1]["atten_mask"].any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -135,10 +144,11 @@ class _Module(torch.nn.Module):
         self.num_key_value_groups = groups
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
+                                            (torch.float32, "low precedence")])
 @pytest.mark.parametrize("sq,skv", [(5, 5), (2, 5)])
-def test_hf_eager_attention_forward_is_equal(table, npu, dtype, sq, skv):
-    before, after = load("NPU302_eager_hf_gqa", table, "NPU302")
+def test_hf_eager_attention_forward_is_equal(table, npu, dtype, spelling, sq, skv):
+    before, after = load("NPU302_eager_hf_gqa", table, "NPU302", spelling)
     module = _Module(groups=2).eval()
     q, k, v = rand(2, 4, sq, 8, dtype=dtype), rand(2, 2, skv, 8, dtype=dtype, seed=1), rand(2, 2, skv, 8, dtype=dtype, seed=2)
     mask = additive_mask(2, sq, skv + 2, dtype)  # longer than the keys: sliced by the code
@@ -191,11 +201,13 @@ def test_aliased_masked_fill_attention_is_equal(table, npu, dtype):
     assert not npu
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype):
+@pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
+                                            (torch.float32, "low precedence")])
+def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype, spelling):
     """Inductor's chained, permuted and einsum spellings, an expand_as mask and a vision-transformer
-    attention whose output feeds a larger expression: all fused, all equal to the original."""
-    before, after = load("NPU302_eager_spellings", table, "NPU302")
+    attention whose output feeds a larger expression: all fused, all equal to the original (also
+    with every pasted operand ``x if True else x``)."""
+    before, after = load("NPU302_eager_spellings", table, "NPU302", spelling)
     q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
     for name, args in (("chained", (q, k, v, 8 ** 0.5)), ("permuted", (q, k, v)), ("einsum_heads", (q, k, v))):
         npu.clear()
@@ -214,3 +226,46 @@ def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype):
     npu.clear()
     close(migrated(x), original(x), dtype, table)
     assert len(npu) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scaled_query_lands_parenthesised_and_is_equal(table, npu, dtype):
+    """The issue's ``torch.matmul(q / math.sqrt(d), ...)``: the scaled query is the kernel's query,
+    and ``(q / math.sqrt(d)).shape[1]`` its head count (pasted bare, it divided by a shape and raised
+    AttributeError on every call after the guard had passed); the value cast likewise."""
+    before, after = load("NPU302_eager_scaled_query", table, "NPU302")
+    q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
+    npu.clear()
+    close(after["scaled_query"](q, k, v, 8), before["scaled_query"](q, k, v, 8), dtype, table)
+    assert len(npu) == 1
+    mask = additive_mask(2, 5, 5, torch.float32)
+    npu.clear()
+    got = after["upcast_scores"](q, k, v, 8, mask)
+    want = before["upcast_scores"](q, k, v, 8, mask)
+    assert len(npu) == 1 and got.dtype == want.dtype
+    close(got, want, dtype, table)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merged_heads_and_one_head_attention_run_fused_and_equal(table, npu, dtype):
+    """3-D q/k/v with the heads merged into the batch ([B*H, N, D], einops or view, with a [B*H, N, N]
+    additive mask) and 2-D one-head q/k/v: the guard was never true for them when they were passed
+    as BNSD; as [B*H, 1, N, D] / [1, 1, N, D] views the kernel runs and the result is the original's."""
+    before, after = load("NPU302_eager_merged_heads", table, "NPU302")
+    b, h, n, d = 2, 3, 5, 8
+    x = rand(b, n, h * d, dtype=dtype)
+    weights = [rand(h * d, h * d, dtype=dtype, seed=s) / 5 for s in (1, 2, 3)]
+    npu.clear()
+    close(after["merged_heads"](x, *weights, h), before["merged_heads"](x, *weights, h), dtype, table)
+    assert len(npu) == 1
+    q, k, v = (rand(b, h, n, d, dtype=dtype, seed=s) for s in (4, 5, 6))
+    padding = additive_mask(b * h, n, n, dtype).reshape(b, h, n, n)
+    npu.clear()
+    got = after["merged_heads_masked"](q, k, v, padding, b, h, n, d)
+    close(got, before["merged_heads_masked"](q, k, v, padding, b, h, n, d), dtype, table)
+    assert len(npu) == 1 and got.shape == (b * h, n, d)
+    x1 = rand(n, h * d, dtype=dtype, seed=7)
+    npu.clear()
+    got = after["one_head"](x1, *weights, h * d)
+    close(got, before["one_head"](x1, *weights, h * d), dtype, table)
+    assert len(npu) == 1 and got.shape == (n, h * d)

@@ -78,7 +78,7 @@ def engine():
 
 
 def run(engine, path, source):
-    result = engine.migrate(path, source.encode(), in_package="/" in path)
+    result = engine.migrate(path, source.encode())
     assert result.status != "error", result.error
     return result
 

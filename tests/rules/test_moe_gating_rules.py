@@ -220,13 +220,23 @@ def npu():
         yield module
 
 
-@pytest.fixture(scope="module")
-def routers(npu):
-    migrated = migrate(ROUTERS, "NPU340")
+def _routers(spelling):
+    migrated = migrate(ROUTERS, "NPU340", spelling=spelling)
     for call, count in EMITTED.items():
         assert migrated.count(call) == count, (call, migrated)
     config = lambda **kw: SimpleNamespace(**kw)  # noqa: E731
     return load(ROUTERS, CONFIG=config), load(migrated, CONFIG=config)
+
+
+@pytest.fixture(scope="module")
+def routers(npu):
+    return _routers("as written")
+
+
+@pytest.fixture(scope="module")
+def routers_low(npu):
+    """Migrated with every pasted operand ``x if True else x`` (tests/rules/emulated.py)."""
+    return _routers("low precedence")
 
 
 def needs(npu, kernel):
@@ -269,12 +279,13 @@ def logits(dtype, seed=6, rows=6):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_router_matches_the_original_in_inference(npu, routers, name, dtype):
+@pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
+                                            (torch.float32, "low precedence")])
+def test_router_matches_the_original_in_inference(npu, routers, routers_low, name, dtype, spelling):
     kernel, build = CASES[name]
     needs(npu, kernel)
     with counting(npu, kernel) as calls, torch.no_grad():
-        want, got = call(routers, name, logits(dtype), build)
+        want, got = call(routers if spelling == "as written" else routers_low, name, logits(dtype), build)
     assert calls == {kernel: 1}
     if name == "load_balancing":  # (loss, experts): the loss is computed from the kernel's probabilities
         torch.testing.assert_close(got[0], want[0], **tolerance(V2, dtype))

@@ -177,8 +177,8 @@ EQUAL_DTYPES_ONLY = {"T5LayerNorm"}  # its result dtype depends on a branch over
 NO_WEIGHT = {"NoWeightNorm"}
 
 
-def migrate(source: str) -> str:
-    return migrate_selected(source, "NPU320")
+def migrate(source: str, spelling: str = "as written") -> str:
+    return migrate_selected(source, "NPU320", spelling=spelling)
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +194,23 @@ def norms(npu):
     return load(RMS_NORMS), load(migrated)
 
 
+@pytest.fixture(scope="module")
+def norms_low(npu):
+    """The norms migrated with every pasted operand ``x if True else x`` (tests/rules/emulated.py)."""
+    return load(RMS_NORMS), load(migrate(RMS_NORMS, "low precedence"))
+
+
 def sample(*shape, dtype=F32, seed=1):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 @pytest.mark.parametrize("name", NORMS)
-@pytest.mark.parametrize("x_dtype,w_dtype", [(F32, F32), (BF16, BF16), (BF16, F32), (F32, BF16)],
-                         ids=["f32", "bf16", "bf16-x-f32-weight", "f32-x-bf16-weight"])
-def test_rms_norm_forms_match_the_original(npu, norms, name, x_dtype, w_dtype):
-    before, after = twins(*norms, name, 16, dtype=w_dtype)
+@pytest.mark.parametrize("x_dtype,w_dtype,spelling", [
+    (F32, F32, "as written"), (BF16, BF16, "as written"), (BF16, F32, "as written"), (F32, BF16, "as written"),
+    (F32, F32, "low precedence"), (BF16, F32, "low precedence")],
+    ids=["f32", "bf16", "bf16-x-f32-weight", "f32-x-bf16-weight", "f32-low-precedence", "mixed-low-precedence"])
+def test_rms_norm_forms_match_the_original(npu, norms, norms_low, name, x_dtype, w_dtype, spelling):
+    before, after = twins(*(norms if spelling == "as written" else norms_low), name, 16, dtype=w_dtype)
     x = sample(2, 3, 16, dtype=x_dtype)
     with counting(npu, "npu_rms_norm") as calls:
         got = after(x)
@@ -297,16 +305,24 @@ def test_rms_norm_one_dimensional_input_falls_back(npu, norms):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
+def test_gemma_norm_runs_npu_rms_norm_with_one_plus_w_in_training_too(npu, norms, dtype):
+    """npu_gemma_rms_norm has no backward on an NPU; npu_rms_norm with 1 + w (float32, as the
+    original computes the factor) has one: inference and training fuse, gradients as the original's."""
     before, after = twins(*norms, "GemmaRMSNorm", 16, dtype=dtype)
     x = sample(2, 16, dtype=dtype, seed=3)
-    with counting(npu, "npu_gemma_rms_norm") as calls, torch.no_grad():
+    with counting(npu, "npu_rms_norm", "npu_gemma_rms_norm") as calls, torch.no_grad():
         got = after(x)
-    assert sum(calls.values()) == 1
+    assert calls == {"npu_rms_norm": 1, "npu_gemma_rms_norm": 0}
     torch.testing.assert_close(got.float(), before(x).float(), **tolerance("npu_gemma_rms_norm", dtype))
-    with counting(npu, "npu_gemma_rms_norm") as calls:
-        after(x.requires_grad_()).sum().backward()  # the kernel has no backward: the original runs
-    assert not sum(calls.values()) and after.weight.grad is not None
+    grads = []
+    for model in (before, after):
+        inputs = x.clone().requires_grad_()
+        with counting(npu, "npu_rms_norm") as calls:
+            model(inputs).float().square().sum().backward()
+        grads.append((inputs.grad, model.weight.grad, dict(calls)))
+    assert grads[1][2] == {"npu_rms_norm": 1}
+    for want, got in zip(grads[0][:2], grads[1][:2]):
+        torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_gemma_rms_norm", dtype))
 
 
 GATED = '''

@@ -28,7 +28,7 @@ def test_rule_fixture(case, table):
     engine = build_engine(table, select=[code])
     assert engine.rules, f"no rule emits {code}"
     source = (case / "input.py").read_bytes()
-    result = engine.migrate("input.py", source, in_package=False)
+    result = engine.migrate("input.py", source)
     assert result.status != "error", result.error
 
     expected_path = case / "expected.py"
@@ -39,7 +39,7 @@ def test_rule_fixture(case, table):
     wanted = [line for line in (case / "diagnostics.txt").read_text().splitlines() if line.strip()]
     assert _diagnostics(result) == wanted
 
-    again = engine.migrate("input.py", migrated.encode(), in_package=False)
+    again = engine.migrate("input.py", migrated.encode())
     assert again.status in ("unchanged", "skipped"), f"not a fixed point: {again.findings}"
     assert not [f for f in again.findings if f.action == "rewritten"]
 
