@@ -18,7 +18,7 @@ import gc
 import hashlib
 import os
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -339,9 +339,10 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
                                  hard_seconds=limits.hard_seconds, wall_seconds=limits.wall_seconds)
             else:
                 done = ((task, _migrate_task(task)) for task in pending)
-            for _, result in done:
-                results.append(result)
-                advance(1)
+            with closing(done):  # an interrupt here stops the workers now, not when the generator is collected
+                for _, result in done:
+                    results.append(result)
+                    advance(1)
     finally:
         _job = None
         gc.unfreeze()
