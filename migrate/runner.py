@@ -144,10 +144,8 @@ def _cached(path: Task) -> Optional[FileResult]:
     if isinstance(read, FileResult):
         return read
     data, key = read
-    hit = _job.cache.get(key, data) if key is not None else None
-    if hit is not None and hit.status == "changed":
-        hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
-    return hit
+    return _job.cache.get(key, data) if key is not None else None  # its diff: made from the stored text when
+    # the patch is (``outputs.patch``), so the patch and the tree cannot disagree
 
 
 def _migrate_task(path: Task) -> FileResult:

@@ -299,7 +299,7 @@ def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup
     files = discover(paths.root, exclude=[paths.report_dir])
     _select_files(files, paths, options.exclude)
     result = _run(paths.root, files, table, options, cache)
-    return _finish(path, paths, result, options, backup, identity)
+    return _finish(path, paths, result, options, backup, identity, cache)
 
 
 def _load_table(opmap):
@@ -322,22 +322,25 @@ def _run(root: Path, files, table, options: RunOptions, cache):
                progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache, triage=options.triage)
 
 
-def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
+def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None,
+            cache=None) -> int:
     """Write what the run writes, print what it prints, and return its exit code."""
+    from functools import cache as once, partial
+
     from npu_migrate.migrate.cli import summary as show
     from npu_migrate.migrate.outputs import report_json
     from npu_migrate.migrate.outputs.changes import collect_changes
     from npu_migrate.migrate.outputs.patch import build_patch
 
     changes = collect_changes(result)
-    patch = build_patch(changes)
+    patch = once(partial(build_patch, changes))  # made when something shows or writes it (reports left as they were: not)
     fmt = options.output_format
     human = is_human(fmt)
     # stdout is the primary output's: the summary goes there in a human format, unless the patch or
     # the statistics are what stdout carries
     talk = out if human and not (options.diff or options.statistics) else console
     if options.diff:
-        typer.echo(patch, nl=False)
+        typer.echo(patch(), nl=False)
     interrupted = _write(result, changes, paths, backup, identity) if options.writes_tree else False
     report = report_json.build(result, changes)
     if options.statistics:
@@ -348,11 +351,12 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool,
         else:
             show.errors(report, console)
     elif not options.diff:
-        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch) if fmt == "sarif" else None),
+        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch()) if fmt == "sarif" else None),
                    nl=False)
     if not options.quiet:
         show.summary_line(report, talk)
-    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk):
+    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk,
+                                                             cache):
         return INTERRUPTED if interrupted else _exit_code(report, result, changes, options) | exitcodes.FILE_ERRORS
     return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
 
@@ -373,7 +377,7 @@ def _cache(options: RunOptions, paths: Paths):
     if options.cache_dir is None:
         return None
     from npu_migrate.migrate.cache import Cache, salt
-    from npu_migrate.opmap.table import builtin_files
+    from npu_migrate.opmap import builtin_files
 
     problem = cache_overlap(options.cache_dir, paths)
     if problem and options.cache_given:
