@@ -7,11 +7,14 @@ DIR defaults to the installed ``transformers/models``; ``--sample N`` copies abo
 files, evenly spread, into the tree measured (0: all). Each run is a whole ``migrate run`` process
 writing its tree and reports into a temporary directory, with a fresh cache directory per round
 (so every round has a real cold run). The one-file run migrates one file of the tree as PATH, once
-to fill the cache and once warm; the warm one is measured. Prints the wall and CPU seconds (of the
-process and its children) of each run, the ratios warm/cold and touched/cold (target: warm <= 5%
-of cold), the medians over the rounds with the absolute targets (a warm run of 150 files <= 0.5 s,
-of one file <= 0.3 s), and checks that the tree, the patch and report.json of the cold and warm
-runs are identical. DIR is never written: the touched file is in the copy.
+to fill the cache and once warm; the warm one is measured. Each warm run is measured twice: into
+new output and report directories, and again into the same ones (a re-run as a pre-commit hook or
+an editor makes it: the reports of an unchanged tree are left as they are). Prints the wall and
+CPU seconds (of the process and its children) of each run, the ratios warm/cold and touched/cold
+(target: warm <= 5% of cold), the medians over the rounds with the absolute targets (a warm run
+of 150 files <= 0.5 s, of one file <= 0.3 s), and checks that the tree, the patch and report.json
+of the cold and warm runs (the re-run's too) are identical. DIR is never written: the touched file
+is in the copy.
 """
 
 from __future__ import annotations
@@ -90,17 +93,25 @@ def main(argv=None) -> None:
             times = {"cold": _run(repo, work, "cold", cache, args.jobs), "warm": _run(repo, work, "warm", cache, args.jobs)}
             same = all((work / "cold-r" / name).read_bytes() == (work / "warm-r" / name).read_bytes()
                        for name in ("report.json", "changes.patch")) and _same_trees(work / "cold-out", work / "warm-out")
+            times["warm re-run"] = _run(repo, work, "warm", cache, args.jobs)
+            same = same and all((work / "cold-r" / name).read_bytes() == (work / "warm-r" / name).read_bytes()
+                                for name in ("report.json", "changes.patch")) and _same_trees(work / "cold-out",
+                                                                                              work / "warm-out")
             original = victim.read_bytes()
             victim.write_bytes(original + b"\n# touched\n")
             times["touched"] = _run(repo, work, "touched", cache, args.jobs)
             victim.write_bytes(original)
             _run(victim, work, "one-cold", cache, args.jobs)
             times["one file warm"] = _run(victim, work, "one-warm", cache, args.jobs)
-            (cold, cold_cpu), (warm, warm_cpu), (touched, touched_cpu), (one, one_cpu) = times.values()
+            times["one file re-run"] = _run(victim, work, "one-warm", cache, args.jobs)
+            (cold, cold_cpu), (warm, warm_cpu), (again, again_cpu) = times["cold"], times["warm"], times["warm re-run"]
+            (touched, touched_cpu), (one, one_cpu), (one_again, one_again_cpu) = \
+                times["touched"], times["one file warm"], times["one file re-run"]
             print(f"round {round_ + 1}: cold {cold:7.2f} s ({cold_cpu:.2f} s CPU)   warm {warm:6.2f} s ({warm_cpu:.2f} s "
-                  f"CPU; {warm / cold:6.1%} of cold, target <= 5%)   one file touched {touched:6.2f} s ({touched_cpu:.2f} s "
-                  f"CPU; {touched / cold:6.1%})   one file warm {one:5.2f} s ({one_cpu:.2f} s CPU)   "
-                  f"tree and reports identical: {same}")
+                  f"CPU; {warm / cold:6.1%} of cold, target <= 5%)   warm re-run {again:6.2f} s ({again_cpu:.2f} s CPU; "
+                  f"{again / cold:6.1%})   one file touched {touched:6.2f} s ({touched_cpu:.2f} s "
+                  f"CPU; {touched / cold:6.1%})   one file warm {one:5.2f} s ({one_cpu:.2f} s CPU), re-run "
+                  f"{one_again:5.2f} s ({one_again_cpu:.2f} s CPU)   tree and reports identical: {same}")
             for name, value in times.items():
                 seen.setdefault(name, []).append(value)
             for name in ("cold", "warm", "touched", "one-cold", "one-warm"):
@@ -108,8 +119,9 @@ def main(argv=None) -> None:
         median = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for name, v in seen.items()}
         print(f"medians over {args.rounds} rounds: " + ", ".join(f"{name} {w:.2f} s ({c:.2f} s CPU)"
                                                                for name, (w, c) in median.items()))
-        print(f"warm run of {count} files: {median['warm'][0]:.2f} s (target <= 0.5 s for 150 files); "
-              f"warm run of one file: {median['one file warm'][0]:.2f} s (target <= 0.3 s)")
+        print(f"warm run of {count} files: {median['warm'][0]:.2f} s, re-run {median['warm re-run'][0]:.2f} s "
+              f"(target <= 0.5 s for 150 files); warm run of one file: {median['one file warm'][0]:.2f} s, re-run "
+              f"{median['one file re-run'][0]:.2f} s (target <= 0.3 s)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
