@@ -315,8 +315,8 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
         else:
             tasks.append(path)
     ignored_in = ignored_in or (lambda path: ())
-    table = _once(table if callable(table) else lambda: table)
-    _job = _Job(root, limits, table, first_party_names(python), cache, ignored_in, select, ignore, triage)
+    load = _once(table if callable(table) else (lambda given=table: given))
+    _job = _Job(root, limits, load, first_party_names(python), cache, ignored_in, select, ignore, triage)
     try:
         with _progress(len(tasks), progress) as advance:
             pending = tasks
@@ -344,7 +344,7 @@ def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], 
     finally:
         _job = None
         gc.unfreeze()
-    declared_results, data = declared_files.migrate_all(root, declared, results, table,
+    declared_results, data = declared_files.migrate_all(root, declared, results, load,
                                                         _enabled_in(select, ignore, ignored_in), limits, cache)
     results += declared_results
     copied = [*copied, *data]
