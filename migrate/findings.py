@@ -78,7 +78,8 @@ class FileResult:
     migrated: Optional[str] = None
     helpers: List[str] = field(default_factory=list)  # helper modules the migrated file imports
     digest: Optional[str] = None  # sha256 of the bytes that were migrated (in-place writes check it)
-    diff: Optional[str] = None  # the file's part of changes.patch, made in the worker (None for a cached result: made with the patch)
+    # the file's part of changes.patch, made in the worker (None for a cached result: made with the patch)
+    diff: Optional[str] = None
     kind: str = PYTHON  # "python", or the migrate.files kind of a dependency or launcher file
     requirements: List[Requirement] = field(default_factory=list)  # the packages a dependency file declares
 

@@ -26,8 +26,8 @@ class ReportDirError(ValueError):
     """A report directory that ``migrate report`` cannot read."""
 
 
-def write_reports(report_dir: Path, run: "RunResult", patch: Union[str, Callable[[], str]], report: Optional[dict] = None,
-                  parity: Optional[dict] = None, cache=None) -> Dict[str, Path]:
+def write_reports(report_dir: Path, run: "RunResult", patch: Union[str, Callable[[], str]],
+                  report: Optional[dict] = None, parity: Optional[dict] = None, cache=None) -> Dict[str, Path]:
     """Write ``changes.patch`` and the four reports into ``report_dir``; returns their paths.
 
     ``patch``: its text, or the function that makes it. ``report`` is ``report_json.build(run)`` when
