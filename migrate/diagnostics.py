@@ -3,6 +3,7 @@ and where each code's doc page lives."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
@@ -86,9 +87,22 @@ def doc_page(code: str) -> Optional[str]:
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
+_stored: Optional[Dict[str, DiagnosticCode]] = None  # a copy kept by the result cache (``use_stored``)
+
+
+def use_stored(declared: Optional[Dict[str, DiagnosticCode]]) -> None:
+    """Answer ``declarations()`` from ``declared`` (the result cache's copy for this very tool, see
+    ``Cache.declarations``) as long as the rules are not imported: a run whose results are all
+    cached then never imports them (nor libcst). None forgets the copy."""
+    global _stored
+    _stored = declared
+
+
 def declarations() -> Dict[str, DiagnosticCode]:
     """Every code's declaration, sorted: the tool's, each rule's (the rules are looked up at call
     time, so a test's stand-ins count) and the dependency and launcher files' (``migrate.files.codes``)."""
+    if _stored is not None and "npu_migrate.migrate.rules" not in sys.modules:
+        return dict(_stored)
     from npu_migrate.migrate.files.codes import DECLARATIONS
     from npu_migrate.migrate.rules import all_rules
 

@@ -21,8 +21,10 @@ from npu_migrate.migrate.edits import Guarded, Replace, Site, Splice
 from npu_migrate.migrate.findings import Finding
 from npu_migrate.migrate.rules._attention_match import has_transposed_product, is_scores
 from npu_migrate.migrate.rules._regions import statement_of
+from npu_migrate.migrate.rules._rotary_match import may_rotate
 from npu_migrate.migrate.rules._view import Value, View
 from npu_migrate.migrate.tree import walk
+from npu_migrate.migrate.triage import computes
 from npu_migrate.opmap import Fallback
 
 PROJECTIONS = ("linear", "matmul", "call", "item", "getitem")
@@ -38,6 +40,13 @@ class Family:
     words: FrozenSet[str]  # the function must name one of these for the detector to run
     detect: Callable[[View], List[Value]]
     form: Callable[[Value], str]
+    # triage: whether a function (``triage.Function``, with the ones it calls) of a module (its ``Words``) may hold the core
+    computes: Optional[Callable[[object, object], bool]] = None
+
+    def may_find(self, words) -> bool:
+        """Triage (``migrate.triage``): whether a module with these words can hold a detection."""
+        return any(self.words & f.names and (self.computes is None or self.computes(words, words.reach(f)))
+                   for f in words.functions)
 
 
 # -- detectors: the core of each component, in any form ---------------------------------------------
@@ -237,15 +246,20 @@ FAMILIES = (
            lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == "call" else "softmax over q·kᵀ scores"),
     Family("rotary", frozenset({"NPU310", "NPU311"}), "NPU311", "pattern.rotary.unrecognised",
            frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
-           lambda v: "complex rotation" if v.op == "mul" else "x·cos ± rotate(x)·sin"),
+           lambda v: "complex rotation" if v.op == "mul" else "x·cos ± rotate(x)·sin",
+           lambda words, function: may_rotate(words, function, function.names)),  # a helper by any name
     Family("rms_norm", frozenset({"NPU320", "NPU321"}), "NPU321", "pattern.rms_norm.unrecognised",
            frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
-           lambda v: "nn.RMSNorm module" if v.op == "rms_norm_module" else "x · rsqrt(mean(x²) + eps)"),
+           lambda v: "nn.RMSNorm module" if v.op == "rms_norm_module" else "x · rsqrt(mean(x²) + eps)",
+           lambda words, function: computes(words, function, "mean") or computes(words, function, "rms_norm")
+           or computes(words, function, "rms_norm_module")),
     Family("gated_mlp", frozenset({"NPU330", "NPU331"}), "NPU331", "pattern.gated_mlp.unrecognised",
            frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
-           lambda v: "act(projection) · projection"),
+           lambda v: "act(projection) · projection", lambda words, function: computes(words, function, "mul")),
     Family("router", frozenset({"NPU340", "NPU341"}), "NPU341", "pattern.router.unrecognised",
-           frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores"),
+           frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
+           lambda words, function: computes(words, function, "topk")
+           and (computes(words, function, "softmax") or computes(words, function, "sigmoid"))),
 )
 
 

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import typer
 from rich.markup import escape
 
-from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate import diagnostics, exitcodes
 from npu_migrate.migrate.cli import formats
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
@@ -77,6 +77,7 @@ class RunOptions:
     ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
     stdin_filename: Optional[str] = None
     cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
+    triage: bool = True  # --no-triage: every candidate file goes to libcst (``migrate.triage``)
 
     @property
     def writes_tree(self) -> bool:
@@ -118,6 +119,7 @@ def run_command(
     file_timeout: float = typer.Option(DEFAULT_MAX_SECONDS, "--file-timeout", metavar="SECONDS", min=0.1, help="CPU seconds one file may take before it is left unmigrated (NPU008)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Where results of unchanged files are cached (default: ~/.cache/npu-migrate or $NPU_MIGRATE_CACHE_DIR)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
+    no_triage: bool = typer.Option(False, "--no-triage", help="Parse every file that mentions a rule's trigger with libcst, not only those that CPython's parser finds can hold a site (slower; the same results)."),
     stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", metavar="NAME", help="With PATH -, the name of the file read from stdin (for its configuration and messages)."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore [tool.npu-migrate] in pyproject.toml."),
     resume: bool = typer.Option(False, "--resume", help="With --in-place: finish an interrupted in-place run from its journal in the report directory."),
@@ -154,6 +156,7 @@ def run_command(
                 stdin_filename=stdin_filename)
             options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
             options.cache_given = cache_dir is not None
+            options.triage = not no_triage
             code = _stdin(options) if stdin else run_migration(path, options)
     except UsageError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
@@ -254,7 +257,9 @@ def run_migration(path: Path, options: RunOptions) -> int:
     from npu_migrate.migrate.outputs.lock import LockedError, locked
 
     paths = confine(path, options.out, options.in_place, options.report_dir)
-    table = _load_table(options.opmap)
+    # the built-in table loads when a file is migrated (not at all when every result is cached);
+    # the user's own files are checked now, so that a schema error is always reported
+    table = _load_table(options.opmap) if options.opmap else lambda: _load_table(())
     cache = _cache(options, paths)
     backup = False
     if options.in_place and options.writes_tree:
@@ -265,11 +270,18 @@ def run_migration(path: Path, options: RunOptions) -> int:
     held = [(paths.report_dir, "report directory")] if options.writes_reports else []
     if options.writes_tree:
         held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
+    stored = cache.declarations() if cache is not None else None
+    diagnostics.use_stored(stored)  # the reports describe the codes without importing the rules
     try:
         with terminate_as_interrupt(), locked(held):
-            return _migrate(path, paths, table, cache, options, backup)
+            code = _migrate(path, paths, table, cache, options, backup)
+        if cache is not None and stored is None:
+            cache.put_declarations(diagnostics.declarations())
+        return code
     except LockedError as exc:
         raise ConfigError(str(exc)) from exc
+    finally:
+        diagnostics.use_stored(None)
 
 
 def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup: bool) -> int:
@@ -287,7 +299,7 @@ def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup
     files = discover(paths.root, exclude=[paths.report_dir])
     _select_files(files, paths, options.exclude)
     result = _run(paths.root, files, table, options, cache)
-    return _finish(path, paths, result, options, backup, identity)
+    return _finish(path, paths, result, options, backup, identity, cache)
 
 
 def _load_table(opmap):
@@ -307,25 +319,28 @@ def _run(root: Path, files, table, options: RunOptions, cache):
         ignored_in = lambda rel: options.ignored_in(root / rel)  # noqa: E731
     return run(root, files.python, table, select=options.select, ignore=options.ignore, jobs=options.jobs,
                copied=files.other, excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long,
-               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache)
+               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache, triage=options.triage)
 
 
-def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
+def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None,
+            cache=None) -> int:
     """Write what the run writes, print what it prints, and return its exit code."""
+    from functools import cache as once, partial
+
     from npu_migrate.migrate.cli import summary as show
     from npu_migrate.migrate.outputs import report_json
     from npu_migrate.migrate.outputs.changes import collect_changes
     from npu_migrate.migrate.outputs.patch import build_patch
 
     changes = collect_changes(result)
-    patch = build_patch(changes)
+    patch = once(partial(build_patch, changes))  # made when something shows or writes it (reports left as they were: not)
     fmt = options.output_format
     human = is_human(fmt)
     # stdout is the primary output's: the summary goes there in a human format, unless the patch or
     # the statistics are what stdout carries
     talk = out if human and not (options.diff or options.statistics) else console
     if options.diff:
-        typer.echo(patch, nl=False)
+        typer.echo(patch(), nl=False)
     interrupted = _write(result, changes, paths, backup, identity) if options.writes_tree else False
     report = report_json.build(result, changes)
     if options.statistics:
@@ -336,11 +351,12 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool,
         else:
             show.errors(report, console)
     elif not options.diff:
-        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch) if fmt == "sarif" else None),
+        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch()) if fmt == "sarif" else None),
                    nl=False)
     if not options.quiet:
         show.summary_line(report, talk)
-    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk):
+    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk,
+                                                             cache):
         return INTERRUPTED if interrupted else _exit_code(report, result, changes, options) | exitcodes.FILE_ERRORS
     return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
 
@@ -361,8 +377,7 @@ def _cache(options: RunOptions, paths: Paths):
     if options.cache_dir is None:
         return None
     from npu_migrate.migrate.cache import Cache, salt
-    from npu_migrate.migrate.rules import select_rules
-    from npu_migrate.opmap.table import builtin_files
+    from npu_migrate.opmap import builtin_files
 
     problem = cache_overlap(options.cache_dir, paths)
     if problem and options.cache_given:
@@ -370,8 +385,8 @@ def _cache(options: RunOptions, paths: Paths):
     cache = None
     if problem is None:
         select, ignore, limits = options.select, options.ignore, options.limits
-        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], select_rules(select, ignore), select,
-                                              ignore, limits), limits.max_bytes)
+        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], (), select, ignore, limits,
+                                              options.triage), limits.max_bytes)
         problem = cache.problem
     if problem:
         console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)

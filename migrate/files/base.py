@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence, Tuple
 
 from npu_migrate.migrate.findings import Finding, Requirement
-from npu_migrate.opmap import Fallback, OpTable
+from npu_migrate.opmap import Fallback
+
+if TYPE_CHECKING:
+    from npu_migrate.opmap import OpTable
 
 
 class FileSyntaxError(Exception):

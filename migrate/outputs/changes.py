@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.engine import error_result
+from npu_migrate.migrate.findings import error_result
 from npu_migrate.migrate.runner import RunResult
 from npu_migrate.migrate.sources import SourceError, read_source
 

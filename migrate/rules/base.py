@@ -62,6 +62,13 @@ class Rule(cst.BatchableCSTVisitor):
         return {name: getattr(self, name) for name in names}
 
     @classmethod
+    def may_find(cls, words) -> bool:
+        """Triage (``migrate.triage``): False only when no file whose code names ``words`` (a
+        ``triage.Words``) can hold a site of this rule. A rule answers from the vocabulary of its own
+        per-function test; this default keeps every file its ``triggers`` let through."""
+        return True
+
+    @classmethod
     def all_codes(cls) -> Tuple[str, ...]:
         return cls.codes
 

@@ -27,7 +27,7 @@ a cast to another tensor's dtype, branches), and operands the guard cannot read.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -45,6 +45,17 @@ from npu_migrate.opmap import Fallback
 FUSED, REPORT = "NPU320", "NPU321"
 TARGET = "torch_npu.npu_rms_norm"
 MODULE = "torch.nn.RMSNorm"
+
+
+def names_norm(names: Set[str], may_denote: Callable[[List[str]], Set[str]]) -> bool:
+    """The vocabulary of the cheap test: a mean and a root (``"0.5"`` stands for a 0.5 literal), or
+    rms_norm, each also by a local name that ``may_denote`` it."""
+    means = {"mean"} | may_denote(["torch.mean"])
+    roots = {"rsqrt", "sqrt", "0.5"} | may_denote(["torch.rsqrt", "torch.sqrt"])
+    norms = {"rms_norm"} | may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
+    return bool(names & means and names & roots or names & norms)
+
+
 NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
 PLAN = Fallback(
     "manual",
@@ -118,6 +129,14 @@ class RmsNorm(Rule):
                 self._by_name.setdefault(node.name.value, []).append(node)
         return [f for funcs in self._by_name.values() for f in funcs]
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_hold`` for some function (with the functions it calls), or an nn.RMSNorm."""
+        if MODULE.rsplit(".", 1)[1] in words.names:
+            return True
+        reached = (words.reach(f) for f in words.functions)
+        return any(names_norm(r.names | ({"0.5"} if r.half else set()), words.may_denote) for r in reached)
+
     def _may_hold(self, func: cst.FunctionDef) -> bool:
         """Cheap and necessary for a match: the function and the functions of this module it may call
         (the view inlines them) name a mean and a root (or hold the 0.5 of ``** -0.5``), or name
@@ -140,10 +159,7 @@ class RmsNorm(Rule):
                     own = self.ctx.tree.names(current)
                     names |= own | ({"0.5"} if id(current) in self._halves else set())
                     stack.extend(f for name in own for f in self._by_name.get(name, ()))
-            means = {"mean"} | self.ctx.names.may_denote(["torch.mean"])
-            roots = {"rsqrt", "sqrt", "0.5"} | self.ctx.names.may_denote(["torch.rsqrt", "torch.sqrt"])
-            norms = {"rms_norm"} | self.ctx.names.may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
-            found = self._mentions[id(func)] = bool(names & means and names & roots or names & norms)
+            found = self._mentions[id(func)] = names_norm(names, self.ctx.names.may_denote)
         return found
 
     def _analyse(self, func: cst.FunctionDef) -> Tuple[List[Norm], List, List]:

@@ -36,7 +36,7 @@ from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
-from npu_migrate.migrate.rules._swiglu_experts import experts_gate, last_statement
+from npu_migrate.migrate.rules._swiglu_experts import DECORATOR, experts_gate, last_statement
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
@@ -51,7 +51,14 @@ REUSE_PLAN = Fallback("manual", (
     "time), and compute act(gate) separately only where it is read."))
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
+EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
 Hole = Tuple[str, Optional[cst.CSTNode]]  # (text or "{name}" placeholder, node for the placeholder)
+
+
+def names_activation(names: Set[str], aliases: Set[str]) -> bool:
+    """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
+    (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
+    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)
 
 
 class SwiGlu(Rule):
@@ -82,6 +89,16 @@ class SwiGlu(Rule):
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_gate`` for some function (an imported activation is named by its import), or an
+        experts class's decorator (``_swiglu_experts``: named, as a name or an attribute, however it
+        is imported)."""
+        if EXPERTS_DECORATOR in words.names:
+            return True
+        aliases = {n for n in words.names if n.lower() in ACTIVATION_NAMES} | words.may_denote(())
+        return any(names_activation(f.names, aliases) and ("mul" in f.names or f.multiplies) for f in words.functions)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         """An MoE experts class that transformers gates with its library default (``_swiglu_experts``)."""
         if self.ctx.is_helper or self.ctx.migrated(node):
@@ -97,7 +114,7 @@ class SwiGlu(Rule):
         """The cheap filter before the view is built: the function names an activation (or a split)
         and multiplies."""
         names = self.ctx.tree.names(func.body)
-        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+        if not names_activation(names, self._aliases()):
             return False
         return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
                                      or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)

@@ -31,7 +31,13 @@ def _run(table, paths, cache, select=None):
 
 
 def _dump(result):
-    return [asdict(r) for r in result.files]
+    """The results as data, each changed file with its part of the patch (made in the worker for a file
+    migrated, from the stored text when the patch is made for a cached one)."""
+    from npu_migrate.migrate.outputs.changes import Change
+    from npu_migrate.migrate.outputs.patch import file_diff
+
+    return [{**asdict(r), "diff": file_diff(Change(r.path, r.original, r.migrated, diff=r.diff))
+             if r.status == "changed" else r.diff} for r in result.files]
 
 
 def test_rule_fixtures_cold_and_warm_are_byte_for_byte_equal(table, tmp_path):
@@ -59,6 +65,19 @@ def test_a_warm_run_reads_the_cache_instead_of_migrating(table, tmp_path, monkey
 
     monkeypatch.setattr(engine.Engine, "_migrate", refuse)  # forked workers inherit it
     assert _dump(_run(table, paths, _cache(tmp_path))) == cold
+
+
+def test_no_worker_is_started_when_every_result_is_cached(table, tmp_path, monkeypatch):
+    """Issue 23 item 2: the parent looks the files up; the pool starts only for files it lacks."""
+    paths = [f"{case}/input.py" for case in CASES[:20]]
+    cold = _dump(_run(table, paths, _cache(tmp_path)))
+    from npu_migrate.migrate import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("workers started although every result is cached")
+
+    monkeypatch.setattr(runner, "supervise", refuse)
+    assert _dump(run(FIXTURES, paths, lambda: refuse(), jobs=2, cache=_cache(tmp_path))) == cold
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "wrong_types", "other_key", "checksum"])
@@ -224,5 +243,5 @@ def test_the_patch_and_the_tree_come_from_the_one_stored_text(table, tmp_path):
     _forge(entries[0], cache)
     warm = _run(table, paths, _cache(tmp_path / "cache"))
     (forged,) = [r for r in warm.files if r.migrated == INJECTED]
-    assert forged.diff is not None and "+os.system('echo owned')" in forged.diff
+    assert forged.diff is None  # nothing but the stored text: the patch makes its part from it
     assert "+os.system('echo owned')" in build_patch(collect_changes(warm))
