@@ -1,0 +1,117 @@
+"""What the harness ``parity init`` writes imports at run time (in each parity worker process).
+
+``tree_module(path, package)``: the module of a file of the tree under test. The worker runs in the
+tree (its working directory, first on ``sys.path``); a file inside packages is imported by its
+dotted name from the first directory above it that is no package. When the tree itself is a
+package (``migrate run`` was given a package directory; its migrated copy has another name), it is
+imported under the original package's name. When a package's ``__init__`` cannot be imported (it
+pulls in an optional dependency the model does not need), the packages on the way are made bare
+(their ``__init__`` not run) and the file is imported again, so its own relative imports work.
+
+``Decode``: a KV-cache decode step as one module: the tokens but the last are prefilled, then the
+last one is decoded against the cache; both steps' outputs are returned. ``style`` is the forward's
+cache interface: ``hf`` (``past_key_values``/``use_cache``), ``start_pos`` (caches the model keeps,
+Llama reference style), ``input_pos`` (``set_kv_cache`` then ``input_pos``, litgpt style).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from pathlib import Path
+from typing import Any, List, Optional
+
+import torch
+
+
+def _forget(top: str) -> None:
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def _bare(names: List[str], location: Path) -> None:
+    """Bare packages ``names[0]``, ``names[0].names[1]``, ... over ``location`` (the folder of
+    ``names[0]``) and its subfolders."""
+    for depth in range(1, len(names) + 1):
+        name = ".".join(names[:depth])
+        folder = location.joinpath(*names[1:depth])
+        module = types.ModuleType(name)
+        module.__path__ = [str(folder)]
+        module.__package__ = name
+        sys.modules[name] = module
+        if depth > 1:
+            setattr(sys.modules[".".join(names[: depth - 1])], names[depth - 1], module)
+
+
+def _package(name: str, folder: Path) -> None:
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+def tree_module(path: str, package: Optional[str] = None) -> types.ModuleType:
+    tree = Path.cwd()
+    parts = list(Path(path).with_suffix("").parts)
+    depth = len(parts) - 1  # folders above the file that are packages: count down to the first that is not
+    while depth > 0 and (tree.joinpath(*parts[:depth]) / "__init__.py").is_file():
+        depth -= 1
+    as_package = depth == 0 and package is not None and (tree / "__init__.py").is_file()
+    if as_package:
+        names, location = [package, *parts], tree
+    else:
+        names, location = parts[depth:], tree.joinpath(*parts[:depth])
+        if str(location) not in sys.path:
+            sys.path.insert(1, str(location))
+    dotted = ".".join(names)
+    if dotted in sys.modules:
+        return sys.modules[dotted]
+    try:
+        if as_package and names[0] not in sys.modules:
+            _package(names[0], location)
+        return importlib.import_module(dotted)
+    except ImportError as error:
+        if len(names) == 1:
+            raise
+        _forget(names[0])
+        _bare(names[:-1], location if as_package else location / names[0])
+        try:
+            return importlib.import_module(dotted)
+        except ImportError:
+            raise error from None
+
+
+class Decode(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, style: str, tokens: str):
+        super().__init__()
+        self.model, self.style, self.tokens = model, style, tokens
+
+    def forward(self, **inputs: Any):
+        ids = inputs.pop(self.tokens)
+        prefix, last, length = ids[:, :-1], ids[:, -1:], ids.shape[1]
+        if self.style == "hf":
+            first = self.model(**{self.tokens: prefix}, use_cache=True, **inputs)
+            past = first.past_key_values if hasattr(first, "past_key_values") else first[1]
+            second = self.model(**{self.tokens: last}, past_key_values=past, use_cache=True)
+        elif self.style == "start_pos":
+            first = self.model(**{self.tokens: prefix}, start_pos=0, **inputs)
+            second = self.model(**{self.tokens: last}, start_pos=length - 1)
+        else:
+            weight = next(self.model.parameters())
+            self.model.set_kv_cache(batch_size=ids.shape[0], device=ids.device, dtype=weight.dtype)
+            first = self.model(prefix, input_pos=torch.arange(length - 1, device=ids.device), **inputs)
+            second = self.model(last, input_pos=torch.tensor([length - 1], device=ids.device))
+        return _logits(first), _logits(second)
+
+
+def _logits(output: Any) -> Any:
+    """The tensors of a step's output (a cache object is no output)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)):
+        return tuple(item for item in output if isinstance(item, torch.Tensor))
+    return output

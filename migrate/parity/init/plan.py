@@ -1,0 +1,136 @@
+"""The cases ``parity init`` writes, one set per top-level model that reaches a rewritten site.
+
+Per model: ``<Model>`` in float32 and bfloat16, ``<Model>-amp`` under bfloat16 autocast with a
+training step, ``<Model>-train`` (a training step in float32), ``<Model>-decode`` when its forward
+takes a KV cache, and ``<Model>-<flag>`` for each boolean configuration field or constructor
+argument that an ``if`` around one of its sites reads (``if self.flash: ... else: <site>``), flipped,
+so the other branch's site runs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set
+
+import libcst as cst
+
+from npu_migrate.migrate.parity.init.construct import Builder, Construction
+from npu_migrate.migrate.parity.init.inputs import InputReader, Inputs
+from npu_migrate.migrate.parity.init.reach import Model, Reach, Site
+from npu_migrate.migrate.parity.init.source import Tree, dotted
+
+
+@dataclass
+class Draft:
+    name: str
+    model: Model
+    built: Construction
+    inputs: Inputs
+    runs: Dict[str, Any]  # dtypes / amp / train of this case
+    flipped: Dict[str, bool] = field(default_factory=dict)  # a variant's flipped flags
+    decode: bool = False
+
+    @property
+    def todos(self) -> List[str]:
+        return [*self.built.todos, *self.inputs.todos]
+
+
+class _Guards(cst.CSTVisitor):
+    """Names an ``if`` test reads (``self.x``, ``config.x``, ``x``) for the ifs around some lines."""
+
+    def __init__(self, source, lines: Set[int]):
+        self.source = source
+        self.lines = lines
+        self.names: Set[str] = set()
+
+    def visit_If(self, node: cst.If) -> None:
+        start, end = self.source.span(node)
+        if any(start <= line <= end for line in self.lines):
+            for part in _names(node.test):
+                self.names.add(part)
+
+
+def _names(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            name = dotted(n)
+            if name:
+                found.add(name.split(".")[-1])
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    node.visit(Names())
+    return found
+
+
+class _SelfAssign(cst.CSTVisitor):
+    def __init__(self):
+        self.found: Dict[str, Set[str]] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = dotted(target.target)
+            if name and name.startswith("self."):
+                self.found.setdefault(name[5:], set()).update(_names(node.value))
+
+
+class Planner:
+    def __init__(self, tree: Tree, reach: Reach):
+        self.tree = tree
+        self.reach = reach
+        self.builder = Builder(tree, reach)
+        self.reader = InputReader(tree, reach)
+
+    def drafts(self, model: Model) -> List[Draft]:
+        built = self.builder.build(model.cls)
+        inputs = self.reader.read(model.cls, built)
+        name = model.cls.name
+        cases = [Draft(name, model, built, inputs, {"dtypes": ["float32", "bfloat16"]})]
+        if built.todos or inputs.todos:
+            return cases  # one case carries the TODOs; the rest are written once they are filled
+        cases.append(Draft(f"{name}-amp", model, built, inputs, {"amp": "bfloat16", "train": True}))
+        cases.append(Draft(f"{name}-train", model, built, inputs, {"train": True}))
+        if inputs.decode:
+            cases.append(Draft(f"{name}-decode", model, built, inputs, {"dtypes": ["float32", "bfloat16"]}, decode=True))
+        for flag in self._flags(model, built):
+            cases.append(Draft(f"{name}-{flag}-{str(not built.values[flag]).lower()}", model, built, inputs,
+                               {"dtypes": ["float32"], "train": True}, {flag: not built.values[flag]}))
+        return cases
+
+    def _flags(self, model: Model, built: Construction) -> List[str]:
+        """Boolean fields or arguments read by an ``if`` around one of the model's sites."""
+        by_file: Dict[str, Set[int]] = {}
+        for site in model.sites:
+            by_file.setdefault(site.path, set()).add(site.line)
+        tested: Set[str] = set()
+        for path, lines in by_file.items():
+            source = self.tree.files.get(path)
+            if source is None:
+                continue
+            guards = _Guards(source, lines)
+            source.module.visit(guards)
+            tested |= guards.names
+        assigned: Dict[str, Set[str]] = {}
+        for cls in self.builder.family(model.cls):
+            init = cls.methods.get("__init__")
+            if init is not None:
+                visitor = _SelfAssign()
+                init.node.visit(visitor)
+                for key, names in visitor.found.items():
+                    assigned.setdefault(key, set()).update(names)
+        names = set(tested)
+        for name in tested:
+            names |= assigned.get(name, set())
+        settable = set(built.kwargs) | set(built.extra) | {n for n in built.values}
+        return sorted(n for n in names if isinstance(built.values.get(n), bool) and n in settable)
+
+
+def sites_of(drafts: List[Draft]) -> Set[Site]:
+    return set().union(*(d.model.sites for d in drafts)) if drafts else set()
+
+
+__all__ = ["Draft", "Planner", "sites_of", "Optional"]
