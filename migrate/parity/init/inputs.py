@@ -32,6 +32,7 @@ TIMES = ("time", "times", "t", "timestep", "timesteps", "noise_level", "sigma", 
 MASKS = ("attention_mask", "mask", "padding_mask", "key_padding_mask", "attn_mask")
 POSITIONS = ("position_ids", "positions", "pos", "input_pos", "pos_ids")
 CHANNELS = ("channels", "in_chans", "num_channels", "in_channels", "image_channels", "n_channels")
+PRIMARY = TOKENS + IMAGES + VIDEO + AUDIO + FEATURES
 MELS = ("n_mels", "num_mel_bins", "n_mel", "mel_bins", "feature_size", "input_dim", "n_fft_bins")
 
 
@@ -41,6 +42,7 @@ class Inputs:
     todos: List[str] = field(default_factory=list)
     decode: Optional[str] = None  # "hf", "start_pos", "input_pos": the KV-cache style of the forward
     tokens: Optional[str] = None  # the argument holding token ids (the decode case splits it)
+    output: Optional[str] = None  # the output field to compare and train on (``logits`` of an output class)
 
 
 def evaluate(node: Optional[cst.BaseExpression], values: Dict[str, Any]) -> Optional[int]:
@@ -146,7 +148,8 @@ class InputReader:
         submodules = self._submodules(model)
         for p in params:
             name = p.name.value
-            if p.default is not None or name in ("start_pos",):
+            primary = name.lower() in PRIMARY and literal(p.default) is None  # input_ids=None: still the input
+            if (p.default is not None and not primary) or name in ("start_pos",):
                 continue
             spec = self._tensor(name, forward, submodules, built.values)
             if spec is None:

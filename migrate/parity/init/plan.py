@@ -67,6 +67,21 @@ def _names(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+OUTPUT_FIELDS = ("logits", "last_hidden_state", "prediction_logits", "sample", "pred")
+
+
+class _Returned(cst.CSTVisitor):
+    """The output field a forward returns its result in (``return Output(logits=logits, ...)``)."""
+
+    def __init__(self):
+        self.field: Optional[str] = None
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if isinstance(node.value, cst.Call) and self.field is None:
+            keywords = {a.keyword.value for a in node.value.args if a.keyword is not None}
+            self.field = next((f for f in OUTPUT_FIELDS if f in keywords), None)
+
+
 class _SelfAssign(cst.CSTVisitor):
     def __init__(self):
         self.found: Dict[str, Set[str]] = {}
@@ -89,6 +104,12 @@ class Planner:
         built = self.builder.build(model.cls)
         inputs = self.reader.read(model.cls, built)
         name = model.cls.name
+        forward = self.reach.method(model.cls, "forward")
+        returned = _Returned()
+        if forward is not None:
+            forward.node.visit(returned)
+        if returned.field:
+            inputs.output = returned.field
         cases = [Draft(name, model, built, inputs, {"dtypes": ["float32", "bfloat16"]})]
         if built.todos or inputs.todos:
             return cases  # one case carries the TODOs; the rest are written once they are filled

@@ -3,7 +3,8 @@ to a site ``migrate run`` rewrote (report.json), and the top-level models that c
 
 A class reaches a site when the site lies in a function its ``forward`` calls, directly or through
 other methods of the class (``self.m(...)``, inherited ones too) and functions of the tree
-(``apply_rotary(...)``), or in a class it contains. A class contains another when one of its
+(``apply_rotary(...)``), in its constructor (a module it builds, ``nn.RMSNorm(dim)`` made fused),
+or in a class it contains. A class contains another when one of its
 methods constructs it (``self.attn = Attention(config)``, ``ModuleList([Block(...) ...])``). The
 top-level models are the reaching classes that no other reaching class contains; each gets a
 parity case, which runs every site its parts reach.
@@ -148,6 +149,9 @@ class Reach:
         if key not in self._reach:
             forward = self.method(cls, "forward") or self.method(cls, "__call__")
             found = self.function_reach(forward, set()) if forward is not None else set()
+            init = self.method(cls, "__init__")
+            if init is not None:  # a module the constructor builds (nn.RMSNorm -> a fused one) runs in forward
+                found |= self._in(init)
             for part in self.contained(cls):
                 found |= self.class_reach(part, stack + (cls.where,))
             self._reach[key] = found

@@ -57,9 +57,10 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
     "batch": ("max_batch_size",),
 }
 GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
+SUFFIX_ONLY_EXACT = {"batch", "multiple_of", "classes"}  # groups a suffix alone does not tell
 FIXED = {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "head_dim": HEAD_DIM, "vocab": VOCAB, "context": CONTEXT,
          "experts": 4, "experts_per_token": 2, "image": IMAGE, "patch": PATCH, "frames": FRAMES,
-         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4}
+         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0}
 TOKEN_ID_SUFFIXES = ("_token_id", "padding_idx", "pad_id", "bos_id", "eos_id")
 
 
@@ -74,7 +75,20 @@ def literal(node: Optional[cst.BaseExpression]) -> Any:
 
 
 def group(name: str) -> Optional[str]:
-    return GROUP_OF.get(name) or GROUP_OF.get(name.lower())
+    """The size group of a name, or of its longest ``_``-suffix that has one (``enc_depth`` is
+    ``depth``, a number of layers; ``attn_dim_head`` is ``dim_head``)."""
+    parts = name.lower().split("_")
+    for start in range(len(parts)):
+        found = GROUP_OF.get("_".join(parts[start:]))
+        if found and (start == 0 or found not in SUFFIX_ONLY_EXACT):
+            return found
+    if parts[-1] in ("idx", "index") or name in ("layer_id", "block_id", "layer_number"):  # layer_idx: the first
+        return "index"
+    if parts[0] == "dim" and len(parts) > 1:  # dim_in, dim_out
+        return "width"
+    if len(parts) > 1 and (parts[0] in ("num", "n") or parts[-1] == "count"):  # num_latents, n_bands
+        return "count"
+    return None
 
 
 def _round8(value: float) -> int:
@@ -93,6 +107,8 @@ def choose(names_defaults: Dict[str, Any]) -> Dict[str, Any]:
         kind = group(name)
         if default is None and kind not in (None, "layers", "width", "heads", "vocab", "context", "image", "patch"):
             continue  # None: the code derives it (kv heads = heads, head_dim = width / heads, ...)
+        if kind in ("count", "index") and default is not NOTHING:
+            continue  # a count with a default keeps it (only a required one is chosen)
         if kind in FIXED:
             if kind == "vocab" and _is_int(default) and default < VOCAB:
                 chosen[name] = default  # a small vocabulary (a codebook) is kept

@@ -38,6 +38,8 @@ def case_mapping(draft: Draft) -> Dict[str, Any]:
         case["kwargs"] = kwargs
     case["inputs"] = dict(draft.inputs.tensors) if draft.inputs.tensors else None
     case.update(draft.runs)
+    if draft.inputs.output and not draft.decode:
+        case["output"] = draft.inputs.output
     return case
 
 

@@ -1,0 +1,102 @@
+"""`migrate parity init` on repositories with no harness: the nanoGPT fixture (a dataclass config,
+a flag that switches between two attention sites), a package whose ``__init__`` needs a package that
+is not installed and whose model is built from argparse options, an HF-style config class (output
+``logits``), and a constructor argument nothing tells, which must stop `migrate parity` at its TODO."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.cli import app
+from npu_migrate.migrate.parity.init import InitError, init_parity
+from npu_migrate.migrate.parity.init.sizes import choose, group, keep_divisions
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def migrate(tmp_path: Path, source: Path, *extra: str) -> Path:
+    tree = tmp_path / source.name
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("__pycache__", "parity.yaml"))
+    result = CliRunner().invoke(app, ["run", str(tree), "--report-dir", str(tmp_path / "report"), "--no-cache",
+                                      "-j", "1", *extra])
+    assert result.exit_code == exitcodes.OK, result.output
+    return tree
+
+
+def cases(report: Path) -> dict:
+    return {c["name"]: c for c in yaml.safe_load((report / "parity.yaml").read_text())["cases"]}
+
+
+def test_sizes_keep_the_code_s_ratios():
+    chosen = choose({"n_embd": 4096, "n_head": 32, "n_kv_heads": 8, "intermediate_size": 11008, "vocab_size": 50257,
+                     "pad_token_id": 50256, "enc_depth": None, "dropout": 0.1, "rotary_dim": 64, "head_dim": 128})
+    assert chosen["n_embd"] % chosen["n_head"] == 0 and chosen["n_head"] % chosen["n_kv_heads"] == 0
+    assert chosen["intermediate_size"] == 176  # 11008 / 4096 of the width, rounded up to a multiple of 8
+    assert chosen["pad_token_id"] < chosen["vocab_size"]
+    assert chosen["rotary_dim"] == chosen["head_dim"] // 2  # the default's share of a head
+    assert "dropout" not in chosen and group("enc_depth") == "layers"
+    values = {"dim": 64, "heads": 6}
+    keep_divisions(values, [("dim", "heads")])
+    assert values["dim"] == 66
+
+
+def test_nanogpt_spec_runs_both_attention_sites(tmp_path):
+    tree = migrate(tmp_path, FIXTURES / "models" / "nanogpt", "--parity-init")
+    written = cases(tmp_path / "report")
+    assert set(written) == {"GPT", "GPT-amp", "GPT-train", "GPT-flash-false"}
+    assert written["GPT"]["kwargs"]["config"]["n_embd"] == 64
+    assert written["GPT"]["inputs"] == {"idx": {"shape": [2, 16], "dtype": "int64", "high": 128}}
+    assert written["GPT-flash-false"]["kwargs"]["config"]["flash"] is False
+    assert not list(tree.rglob("parity_harness.py")) and not list(tree.with_name("nanogpt-npu").rglob("parity_harness.py"))
+    out = tmp_path / "parity.json"
+    result = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml"), "--json", str(out)])
+    assert result.exit_code == exitcodes.OK, result.output
+    runs = json.loads(out.read_text())["cases"]
+    assert all(c["passed"] for c in runs)
+    # the flash case runs the SDPA site, the flash=False case the hand-written attention; both fused
+    fused = {c["name"]: c["op_coverage"]["fused_npu_ops"].get("npu_fusion_attention", 0) for c in runs}
+    assert fused["GPT"] and fused["GPT-flash-false"]
+
+
+def test_a_package_built_from_argparse_options_with_an_unimportable_init(tmp_path):
+    migrate(tmp_path, FIXTURES / "parity" / "init_package" / "tinylm")
+    result = CliRunner().invoke(app, ["parity", "init", str(tmp_path / "tinylm"), "--report-dir", str(tmp_path / "report")])
+    assert result.exit_code == exitcodes.OK, result.output
+    written = cases(tmp_path / "report")
+    assert written["TinyLM"]["kwargs"]["config"] == {"dim": 64, "n_heads": 4, "vocab_size": 128, "n_layers": 2,
+                                                     "norm_eps": 1e-05}  # add_argument defaults, shrunk
+    parity = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml")])
+    assert parity.exit_code == exitcodes.OK, parity.output
+
+
+def test_a_config_class_model_compares_its_logits(tmp_path):
+    migrate(tmp_path, FIXTURES / "models" / "llama_gqa")
+    result = init_parity(tmp_path / "llama_gqa", tmp_path / "llama_gqa-npu", tmp_path / "report")
+    written = cases(tmp_path / "report")
+    case = written["LlamaForCausalLM"]
+    assert case["output"] == "logits" and case["kwargs"]["config"]["num_key_value_heads"] == 2
+    assert not result.unreached and not result.todos
+    assert "tree_module('configuration_llama.py', PACKAGE).LlamaConfig(**config)" in result.harness.read_text()
+
+
+def test_what_cannot_be_inferred_is_a_todo_that_stops_parity_with_its_message(tmp_path):
+    migrate(tmp_path, FIXTURES / "parity" / "init_todo", "--parity-init")
+    spec = tmp_path / "report" / "parity.yaml"
+    assert "TODO: constructor argument 'd_state' of Mixer (model.py:10) (used at model.py:14)" in spec.read_text()
+    result = CliRunner().invoke(app, ["parity", "--spec", str(spec)])
+    assert result.exit_code == exitcodes.CONFIG_ERROR
+    assert f"{spec}:" in result.output and "TODO: constructor argument 'd_state' of Mixer" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_never_written_into_a_tree_and_needs_the_report(tmp_path):
+    tree = migrate(tmp_path, FIXTURES / "parity" / "init_todo")
+    with pytest.raises(InitError, match="into the original tree"):
+        init_parity(tree, tree.with_name("init_todo-npu"), tree / "reports")
+    with pytest.raises(InitError, match="run `migrate run"):
+        init_parity(tree, tree.with_name("init_todo-npu"), tmp_path / "elsewhere")
