@@ -70,7 +70,7 @@ def init_parity(original: Path, migrated: Path, report_dir: Path, force: bool = 
     if not models:
         return result
     planner = Planner(tree, reach)
-    result.drafts = [d for m in models for d in planner.drafts(m)]
+    result.drafts = planner.plan(models)
     spec, harness = report_dir / SPEC_NAME, report_dir / HARNESS_NAME
     for path in (spec, harness):
         if path.exists() and not force and MARK not in path.read_text(encoding="utf-8", errors="replace")[:400]:

@@ -29,6 +29,7 @@ class Draft:
     runs: Dict[str, Any]  # dtypes / amp / train of this case
     flipped: Dict[str, bool] = field(default_factory=dict)  # a variant's flipped flags
     decode: bool = False
+    label: str = ""  # the model's name in the spec (its class, with its module when two share one)
 
     @property
     def todos(self) -> List[str]:
@@ -100,10 +101,40 @@ class Planner:
         self.builder = Builder(tree, reach)
         self.reader = InputReader(tree, reach)
 
-    def drafts(self, model: Model) -> List[Draft]:
+    def plan(self, models: List[Model]) -> List[Draft]:
+        """The drafts of every model; a model that cannot be built without a TODO (a wrapper taking
+        a module, say) is replaced by the reaching classes it contains when those cover its sites
+        with no TODO. Case and factory names are the class's, with its module when two share one."""
+        chosen: List[Model] = []
+        for model in models:
+            chosen += self._buildable(model, set())
+        repeated = {m.cls.name for m in chosen if sum(o.cls.name == m.cls.name for o in chosen) > 1}
+        drafts: List[Draft] = []
+        for model in chosen:
+            label = model.cls.name
+            if label in repeated:
+                label = model.cls.path[:-3].replace("/", ".") + "." + label
+            drafts += self.drafts(model, label)
+        return drafts
+
+    def _buildable(self, model: Model, seen: Set[str]) -> List[Model]:
+        seen = seen | {model.cls.where}
+        own = self.drafts(model, model.cls.name)
+        if not own[0].todos:
+            return [model]
+        parts = [Model(c, set(self.reach.class_reach(c)), self.reach._members(c))
+                 for c in self.reach.contained(model.cls) if c.where not in seen and self.reach.class_reach(c)]
+        replaced: List[Model] = []
+        for part in parts:
+            replaced += self._buildable(part, seen)
+        covered = set().union(*(m.sites for m in replaced)) if replaced else set()
+        if replaced and model.sites <= covered and all(not self.drafts(m, m.cls.name)[0].todos for m in replaced):
+            return replaced
+        return [model]
+
+    def drafts(self, model: Model, name: str) -> List[Draft]:
         built = self.builder.build(model.cls)
         inputs = self.reader.read(model.cls, built)
-        name = model.cls.name
         forward = self.reach.method(model.cls, "forward")
         returned = _Returned()
         if forward is not None:
@@ -112,6 +143,7 @@ class Planner:
             inputs.output = returned.field
         cases = [Draft(name, model, built, inputs, {"dtypes": ["float32", "bfloat16"]})]
         if built.todos or inputs.todos:
+            cases[0].label = name
             return cases  # one case carries the TODOs; the rest are written once they are filled
         cases.append(Draft(f"{name}-amp", model, built, inputs, {"amp": "bfloat16", "train": True}))
         cases.append(Draft(f"{name}-train", model, built, inputs, {"train": True}))
@@ -120,6 +152,8 @@ class Planner:
         for flag in self._flags(model, built):
             cases.append(Draft(f"{name}-{flag}-{str(not built.values[flag]).lower()}", model, built, inputs,
                                {"dtypes": ["float32"], "train": True}, {flag: not built.values[flag]}))
+        for case in cases:
+            case.label = name
         return cases
 
     def _flags(self, model: Model, built: Construction) -> List[str]:

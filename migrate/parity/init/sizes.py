@@ -55,12 +55,13 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
     "rotary_dim": ("rotary_dim", "rope_dim", "rotary_emb_dim", "rotary_ndims", "qk_rope_head_dim"),
     "multiple_of": ("multiple_of", "padding_multiple", "ffn_dim_multiplier_round"),
     "batch": ("max_batch_size",),
+    "eps": ("eps", "norm_eps", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon", "epsilon"),
 }
 GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
 SUFFIX_ONLY_EXACT = {"batch", "multiple_of", "classes"}  # groups a suffix alone does not tell
 FIXED = {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "head_dim": HEAD_DIM, "vocab": VOCAB, "context": CONTEXT,
          "experts": 4, "experts_per_token": 2, "image": IMAGE, "patch": PATCH, "frames": FRAMES,
-         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0}
+         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0, "eps": 1e-5}
 TOKEN_ID_SUFFIXES = ("_token_id", "padding_idx", "pad_id", "bos_id", "eos_id")
 
 
@@ -107,7 +108,7 @@ def choose(names_defaults: Dict[str, Any]) -> Dict[str, Any]:
         kind = group(name)
         if default is None and kind not in (None, "layers", "width", "heads", "vocab", "context", "image", "patch"):
             continue  # None: the code derives it (kv heads = heads, head_dim = width / heads, ...)
-        if kind in ("count", "index") and default is not NOTHING:
+        if kind in ("count", "index", "eps") and default is not NOTHING:
             continue  # a count with a default keeps it (only a required one is chosen)
         if kind in FIXED:
             if kind == "vocab" and _is_int(default) and default < VOCAB:

@@ -182,10 +182,14 @@ class Tree:
         if source is not None and "." not in name and name in source.classes:
             return source.classes[name]
         origin = source.imports.get(name.split(".")[0]) if source is not None else None
+        if origin and "." not in name:
+            last = origin.split(".")[-1]  # from x import Config as BaseConfig
         candidates = [c for c in self.classes() if c.name == last]
         if origin:
             wanted = (origin + name[len(name.split(".")[0]):]).split(".")
             for c in candidates:
+                if c.path == where:
+                    continue  # an import names another module's class, not this file's
                 module = c.path[:-3].replace("/", ".")
                 if module.endswith(".".join(wanted[:-1])) or ".".join(wanted[:-1]).endswith(module.split(".")[-1]):
                     return c

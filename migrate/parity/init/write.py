@@ -19,7 +19,12 @@ SPEC_NAME, HARNESS_NAME = "parity.yaml", "parity_harness.py"
 
 
 def _factory_name(draft: Draft) -> str:
-    return ("decode_" if draft.decode else "build_") + draft.model.cls.name
+    return ("decode_" if draft.decode else "build_") + _ident(draft)
+
+
+def _ident(draft: Draft) -> str:
+    """The model's label (``GPT``, or ``adapter.GPT`` when two classes share the name) as a name."""
+    return draft.label.replace(".", "_")
 
 
 def case_mapping(draft: Draft) -> Dict[str, Any]:
@@ -98,7 +103,7 @@ def _build(draft: Draft) -> List[str]:
     cls, built = draft.model.cls, draft.built
     model = f'tree_module({cls.path!r}, PACKAGE).{cls.name}'
     if built.kind == "kwargs":
-        return [f"def build_{cls.name}(**kwargs):", f"    return {model}(**kwargs)"]
+        return [f"def build_{_ident(draft)}(**kwargs):", f"    return {model}(**kwargs)"]
     if built.kind == "namespace":
         config = "argparse.Namespace(**config)"
     elif built.config and ".py:" in built.config:
@@ -107,12 +112,11 @@ def _build(draft: Draft) -> List[str]:
     else:
         module, _, name = (built.config or "").rpartition(".")
         config = f"importlib.import_module({module!r}).{name}(**config)"
-    return [f"def build_{cls.name}(config, **kwargs):", f"    return {model}({config}, **kwargs)"]
+    return [f"def build_{_ident(draft)}(config, **kwargs):", f"    return {model}({config}, **kwargs)"]
 
 
 def _decode(draft: Draft) -> List[str]:
-    cls = draft.model.cls
     args = "config, **kwargs" if draft.built.kind != "kwargs" else "**kwargs"
     call = "config, **kwargs" if draft.built.kind != "kwargs" else "**kwargs"
-    return [f"def decode_{cls.name}({args}):",
-            f"    return Decode(build_{cls.name}({call}), {draft.inputs.decode!r}, {draft.inputs.tokens!r})"]
+    return [f"def decode_{_ident(draft)}({args}):",
+            f"    return Decode(build_{_ident(draft)}({call}), {draft.inputs.decode!r}, {draft.inputs.tokens!r})"]
