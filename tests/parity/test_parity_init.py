@@ -100,3 +100,15 @@ def test_never_written_into_a_tree_and_needs_the_report(tmp_path):
         init_parity(tree, tree.with_name("init_todo-npu"), tree / "reports")
     with pytest.raises(InitError, match="run `migrate run"):
         init_parity(tree, tree.with_name("init_todo-npu"), tmp_path / "elsewhere")
+
+
+def test_a_model_put_together_by_a_builder_function(tmp_path):
+    """The attention class takes its projections as arguments: the case builds the model with the
+    tree's ``decoder(...)`` (whose arguments are sized by name), which runs its site."""
+    migrate(tmp_path, FIXTURES / "parity" / "init_builder", "--parity-init")
+    written = cases(tmp_path / "report")
+    assert written["decoder"]["kwargs"] == {"vocab_size": 128, "embed_dim": 64, "num_heads": 4, "num_layers": 2}
+    assert written["decoder"]["inputs"] == {"tokens": {"shape": [2, 16], "dtype": "int64", "high": 128}}
+    assert "SelfAttention" not in written
+    parity = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml")])
+    assert parity.exit_code == exitcodes.OK, parity.output

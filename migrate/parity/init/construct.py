@@ -33,7 +33,8 @@ def todo(what: str, where: str) -> str:
 @dataclass
 class Construction:
     model: ClassInfo
-    kind: str  # "config" (a class), "namespace" (argparse-style), "kwargs" (the constructor's own arguments)
+    kind: str  # "config" (a class), "namespace" (argparse-style), "kwargs" (the constructor's own arguments),
+    # "function" (a tree function that builds the model: ``config`` names it)
     config: Optional[str] = None  # "path.py:Name" of a tree class, or the dotted name of an imported one
     kwargs: Dict[str, Any] = field(default_factory=dict)  # the configuration's fields, or constructor arguments
     extra: Dict[str, Any] = field(default_factory=dict)  # constructor arguments besides the configuration
@@ -119,6 +120,20 @@ class Builder:
                     bag[name] = result.values[name]
         if config_param is None:
             result.kwargs, result.extra = result.extra, {}
+        return result
+
+    def from_function(self, model: ClassInfo, function: Function) -> Construction:
+        """The model as a tree function builds it: the function's arguments, sized."""
+        params = [p for p in function.params() if p.star not in ("*", "**")]
+        names_defaults = {p.name.value: literal(p.default) if p.default is not None else NOTHING for p in params}
+        chosen = choose(names_defaults)
+        result = Construction(model, "function", f"{function.path}:{function.name}", dict(chosen))
+        for p in params:
+            if p.default is None and p.name.value not in chosen:
+                result.kwargs[p.name.value] = todo(f"argument {p.name.value!r} of {function.name} ({function.where})",
+                                                   self.first_use(function, p.name.value))
+                result.todos.append(result.kwargs[p.name.value])
+        result.values = {**{n: v for n, v in names_defaults.items() if v is not NOTHING}, **chosen}
         return result
 
     # -- the configuration ---------------------------------------------------------------------

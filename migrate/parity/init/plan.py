@@ -112,7 +112,9 @@ class Planner:
         drafts: List[Draft] = []
         for model in chosen:
             label = model.cls.name
-            if label in repeated:
+            if model.builder is not None:
+                label = model.builder.name
+            elif label in repeated:
                 label = model.cls.path[:-3].replace("/", ".") + "." + label
             drafts += self.drafts(model, label)
         return drafts
@@ -130,10 +132,24 @@ class Planner:
         covered = set().union(*(m.sites for m in replaced)) if replaced else set()
         if replaced and model.sites <= covered and all(not self.drafts(m, m.cls.name)[0].todos for m in replaced):
             return replaced
-        return [model]
+        return self._by_builders(model) or [model]
+
+    def _by_builders(self, model: Model) -> List[Model]:
+        """Tree functions that build models with no TODO and together run every site of ``model``
+        (chosen greedily, the one running most of the rest first), else none."""
+        usable = [b for b in self.reach.builders() if b.sites & model.sites and not self.drafts(b, b.builder.name)[0].todos]
+        chosen: List[Model] = []
+        covered: Set[Site] = set()
+        while True:
+            best = max(usable, key=lambda b: len(b.sites & model.sites - covered), default=None)
+            if best is None or not best.sites & model.sites - covered:
+                return chosen if model.sites <= covered else []
+            chosen.append(best)
+            covered |= best.sites
 
     def drafts(self, model: Model, name: str) -> List[Draft]:
-        built = self.builder.build(model.cls)
+        built = self.builder.build(model.cls) if model.builder is None else \
+            self.builder.from_function(model.cls, model.builder)
         inputs = self.reader.read(model.cls, built)
         forward = self.reach.method(model.cls, "forward")
         returned = _Returned()

@@ -45,6 +45,7 @@ class Model:
     cls: ClassInfo
     sites: Set[Site] = field(default_factory=set)  # every site its forward reaches
     parts: Set[str] = field(default_factory=set)  # where of the reaching classes it contains (itself too)
+    builder: Optional[Function] = None  # a tree function that builds it (torchtune's ``llama3(...)``)
 
 
 class _Calls(cst.CSTVisitor):
@@ -177,10 +178,58 @@ class Reach:
                     todo.append(part)
         return found
 
+    def builders(self) -> List[Model]:
+        """Models built by the tree's functions (annotated ``-> Cls`` or ``return Cls(...)`` of a
+        module class: torchtune's ``llama3(...)``), each with the sites of what the function
+        constructs and calls."""
+        if not hasattr(self, "_builders"):
+            self._builders: List[Model] = []
+            for source in self.tree.files.values():
+                for function in source.functions.values():
+                    name = _returned_class(function)
+                    cls = self.tree.resolve_class(name, function.path) if name else None
+                    if cls is None or not self.is_module(cls) or _is_test(function.path):
+                        continue
+                    sites = self._built_by(function, set())
+                    if sites:
+                        self._builders.append(Model(cls, sites, {cls.where}, function))
+        return self._builders
+
+    def _built_by(self, function: Function, seen: Set[str]) -> Set[Site]:
+        if function.where in seen:
+            return set()
+        seen.add(function.where)
+        found = self._in(function)
+        for name in _calls(function).names:
+            cls = self.tree.resolve_class(name, function.path)
+            if cls is not None and self.is_module(cls):
+                found |= self.class_reach(cls)
+                continue
+            target = self.tree.resolve_function(name, function.path)
+            if target is not None:
+                found |= self._built_by(target, seen)
+        return found
+
     def unreached(self, models: List[Model]) -> List[Site]:
         """Sites no model's forward reaches (a script's function, a method forward never calls)."""
         covered = set().union(*(m.sites for m in models)) if models else set()
         return [s for s in self.sites if s not in covered]
+
+
+def _returned_class(function: Function) -> Optional[str]:
+    """The class a function says it returns (``-> Cls``) or returns constructed (``return Cls(...)``)."""
+    returns = function.node.returns
+    if returns is not None and dotted(returns.annotation):
+        return dotted(returns.annotation)
+    found: List[str] = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            if isinstance(node.value, cst.Call) and dotted(node.value.func):
+                found.append(dotted(node.value.func))
+
+    function.node.visit(Returns())
+    return found[-1] if found else None
 
 
 def _is_test(path: str) -> bool:

@@ -54,7 +54,9 @@ def spec_text(drafts: List[Draft], original: Path, migrated: Path, spec_dir: Pat
               "cases:"]
     for draft in drafts:
         sites = ", ".join(str(s) for s in sorted(draft.model.sites, key=lambda s: (s.path, s.line)))
-        lines.append(f"  # {draft.model.cls.name} ({draft.model.cls.where}) runs {sites}")
+        builder = draft.model.builder
+        built_by = f"{builder.name} ({builder.where}) builds " if builder is not None else ""
+        lines.append(f"  # {built_by}{draft.model.cls.name} ({draft.model.cls.where}) runs {sites}")
         for todo in draft.todos:
             lines.append(f"  # {todo}")
         mapping = case_mapping(draft)
@@ -104,6 +106,9 @@ def _build(draft: Draft) -> List[str]:
     model = f'tree_module({cls.path!r}, PACKAGE).{cls.name}'
     if built.kind == "kwargs":
         return [f"def build_{_ident(draft)}(**kwargs):", f"    return {model}(**kwargs)"]
+    if built.kind == "function":
+        path, name = built.config.split(":")
+        return [f"def build_{_ident(draft)}(**kwargs):", f"    return tree_module({path!r}, PACKAGE).{name}(**kwargs)"]
     if built.kind == "namespace":
         config = "argparse.Namespace(**config)"
     elif built.config and ".py:" in built.config:
@@ -116,7 +121,7 @@ def _build(draft: Draft) -> List[str]:
 
 
 def _decode(draft: Draft) -> List[str]:
-    args = "config, **kwargs" if draft.built.kind != "kwargs" else "**kwargs"
-    call = "config, **kwargs" if draft.built.kind != "kwargs" else "**kwargs"
+    args = "config, **kwargs" if draft.built.kind not in ("kwargs", "function") else "**kwargs"
+    call = args
     return [f"def decode_{_ident(draft)}({args}):",
             f"    return Decode(build_{_ident(draft)}({call}), {draft.inputs.decode!r}, {draft.inputs.tokens!r})"]
