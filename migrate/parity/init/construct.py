@@ -92,6 +92,7 @@ class Builder:
         if init is None:
             return Construction(model, "kwargs")
         params = [p for p in init.params() if p.name.value != "self" and p.star not in ("*", "**")]
+        params += self._forwarded(init, {p.name.value for p in params})
         config_param = next((p for p in params if p.name.value in CONFIG_NAMES or self._config_annotation(p, init)),
                             None)
         result = Construction(model, "kwargs")
@@ -135,6 +136,20 @@ class Builder:
                 result.todos.append(result.kwargs[p.name.value])
         result.values = {**{n: v for n, v in names_defaults.items() if v is not NOTHING}, **chosen}
         return result
+
+    def _forwarded(self, init: Function, own: Set[str]) -> List[cst.Param]:
+        """The parameters of the tree class ``init`` hands its ``**kwargs`` to (``PerceiverIO(**kwargs)``)."""
+        star = init.node.params.star_kwarg
+        if star is None:
+            return []
+        found: List[cst.Param] = []
+        for call in _StarCalls(star.name.value).scan(init.node):
+            target = self.tree.resolve_class(call, init.path)
+            inner = self.reach.method(target, "__init__") if target is not None else None
+            if inner is not None:
+                found += [p for p in inner.params() if p.name.value not in own and p.name.value != "self"
+                          and p.star not in ("*", "**") and p.name.value not in {f.name.value for f in found}]
+        return found
 
     # -- the configuration ---------------------------------------------------------------------
     def _config_annotation(self, param: cst.Param, init: Function) -> Optional[str]:
@@ -285,6 +300,24 @@ class _ConfigCall(cst.CSTVisitor):
             self.found = dotted(first.func)
         elif isinstance(first, cst.Name) and first.value in self.assigned:
             self.found = self.assigned[first.value]
+
+
+class _StarCalls(cst.CSTVisitor):
+    """Names called with ``**name`` (the constructor's ``**kwargs`` handed on)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.found: List[str] = []
+
+    def scan(self, node: cst.CSTNode) -> List[str]:
+        node.visit(self)
+        return self.found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == self.name for a in node.args):
+            name = dotted(node.func)
+            if name:
+                self.found.append(name)
 
 
 class _ArgumentDefault(cst.CSTVisitor):

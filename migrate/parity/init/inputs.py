@@ -33,6 +33,7 @@ MASKS = ("attention_mask", "mask", "padding_mask", "key_padding_mask", "attn_mas
 POSITIONS = ("position_ids", "positions", "pos", "input_pos", "pos_ids")
 CHANNELS = ("channels", "in_chans", "num_channels", "in_channels", "image_channels", "n_channels")
 PRIMARY = TOKENS + IMAGES + VIDEO + AUDIO + FEATURES
+EINOPS = ("rearrange", "reduce", "repeat", "pack", "unpack")
 MELS = ("n_mels", "num_mel_bins", "n_mel", "mel_bins", "feature_size", "input_dim", "n_fft_bins")
 
 
@@ -108,6 +109,12 @@ class _FirstCall(cst.CSTVisitor):
         self.rank: Optional[int] = None
 
     def visit_Call(self, node: cst.Call) -> None:
+        func = (dotted(node.func) or "").split(".")[-1]
+        if self.rank is None and func in EINOPS and len(node.args) > 1 and isinstance(node.args[0].value, cst.Name) \
+                and node.args[0].value.value == self.name:
+            pattern = literal(node.args[1].value)
+            if isinstance(pattern, str) and "->" in pattern:  # rearrange(x, "b n (h d) -> ..."): its rank
+                self.rank = len(pattern.split("->")[0].replace("(", " ( ").split()) - 2 * pattern.split("->")[0].count("(")
         if self.attr is None and node.args and isinstance(node.args[0].value, cst.Name) \
                 and node.args[0].value.value == self.name:
             func = dotted(node.func)
