@@ -19,7 +19,7 @@ import libcst as cst
 
 from npu_migrate.migrate.parity.init.reach import Reach
 from npu_migrate.migrate.parity.init.sizes import NOTHING, asserted_divisions, choose, group, keep_divisions, literal
-from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, code_of, dotted
+from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, code_of, dotted, first_use
 
 CONFIG_NAMES = ("config", "cfg", "conf", "args", "params", "model_args", "hparams", "hps", "model_config", "opt")
 CONFIG_SUFFIXES = ("Config", "Args", "Params", "Arguments", "Cfg", "Hparams")
@@ -56,32 +56,13 @@ class _Reads(cst.CSTVisitor):
             self.nodes.setdefault(node.attr.value, node)
 
 
-class _Uses(cst.CSTVisitor):
-    def __init__(self, name: str):
-        self.name = name
-        self.first: Optional[cst.CSTNode] = None
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name and self.first is None:
-            self.first = node
-
-
 class Builder:
     def __init__(self, tree: Tree, reach: Reach):
         self.tree = tree
         self.reach = reach
 
-    def where(self, path: str, node: Optional[cst.CSTNode], fallback: int) -> str:
-        source = self.tree.files[path]
-        try:
-            return f"{path}:{source.line(node)}" if node is not None else f"{path}:{fallback}"
-        except KeyError:
-            return f"{path}:{fallback}"
-
     def first_use(self, function: Function, name: str) -> str:
-        visitor = _Uses(name)
-        function.node.body.visit(visitor)
-        return self.where(function.path, visitor.first, function.start)
+        return first_use(self.tree, function, name)
 
     def family(self, model: ClassInfo) -> List[ClassInfo]:
         members = self.reach._members(model)

@@ -18,8 +18,8 @@ import libcst as cst
 
 from npu_migrate.migrate.parity.init.construct import Construction, todo
 from npu_migrate.migrate.parity.init.reach import Reach
-from npu_migrate.migrate.parity.init.sizes import CONTEXT, IMAGE, VOCAB, WIDTH, group, literal
-from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, code_of, dotted
+from npu_migrate.migrate.parity.init.sizes import IMAGE, VOCAB, group, literal
+from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, dotted, first_use
 
 BATCH, SEQUENCE, AUDIO_FRAMES = 2, 16, 32
 
@@ -180,12 +180,7 @@ class InputReader:
         return visitor.found
 
     def _use(self, forward: Function, name: str) -> str:
-        from npu_migrate.migrate.parity.init.construct import _Uses
-
-        visitor = _Uses(name)
-        forward.node.body.visit(visitor)
-        source = self.tree.files[forward.path]
-        return f"{forward.path}:{source.line(visitor.first)}" if visitor.first is not None else forward.where
+        return first_use(self.tree, forward, name)
 
     def _tensor(self, name: str, forward: Function, submodules: Dict[str, cst.Call], values: Dict[str, Any]):
         use = _FirstCall(name)
@@ -243,11 +238,3 @@ class InputReader:
                     return {"shape": [BATCH, _first(values, CHANNELS, 3), image, image]}
                 return self._by_module(inner, values)
         return None
-
-
-def context_fits(values: Dict[str, Any]) -> bool:
-    """The chosen context holds the sequence the inputs use."""
-    return _size(values, "context", CONTEXT) >= SEQUENCE
-
-
-__all__ = ["Inputs", "InputReader", "evaluate", "context_fits", "WIDTH", "code_of"]

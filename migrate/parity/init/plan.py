@@ -198,10 +198,3 @@ class Planner:
             names |= assigned.get(name, set())
         settable = set(built.kwargs) | set(built.extra) | {n for n in built.values}
         return sorted(n for n in names if isinstance(built.values.get(n), bool) and n in settable)
-
-
-def sites_of(drafts: List[Draft]) -> Set[Site]:
-    return set().union(*(d.model.sites for d in drafts)) if drafts else set()
-
-
-__all__ = ["Draft", "Planner", "sites_of", "Optional"]

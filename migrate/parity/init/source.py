@@ -208,3 +208,22 @@ class Tree:
                 if attr in other.functions and other.path[:-3].replace("/", ".").endswith(module.split(".")[-1]):
                     return other.functions[attr]
         return None
+
+
+class _FirstName(cst.CSTVisitor):
+    def __init__(self, name: str):
+        self.name = name
+        self.first: Optional[cst.CSTNode] = None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and self.first is None:
+            self.first = node
+
+
+def first_use(tree: Tree, function: Function, name: str) -> str:
+    """``path:line`` where ``function``'s body first uses ``name`` (the function's line when it does not)."""
+    visitor = _FirstName(name)
+    function.node.body.visit(visitor)
+    if visitor.first is None:
+        return function.where
+    return f"{function.path}:{tree.files[function.path].line(visitor.first)}"
