@@ -42,6 +42,8 @@ KINDS = ("sync", "cat", "repeat", "weight_cat")
 
 
 def _logits(output):
+    if isinstance(output, tuple):  # nanoGPT: (logits, loss)
+        return output[0]
     return output.logits if hasattr(output, "logits") else output
 
 

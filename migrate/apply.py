@@ -1,10 +1,10 @@
 """Applying the sites of one file: overlap checks, one bottom-up pass, and a check of the output.
 
-``overlaps`` finds the sites whose edits cannot all be applied: two replacements of one node, two
-statement ranges of one block that intersect, or an edit inside code that another edit rebuilds
-without keeping it (neither as a hole nor as a moved statement). An edit nested inside a hole, a
-wrapped node or a moved statement is no conflict: it is applied there (``Apply`` fills holes with
-migrated nodes and moves migrated statements).
+``overlaps`` (``migrate.overlaps``) finds the sites whose edits cannot all be applied: two
+replacements of one node, two statement ranges of one block that intersect, or an edit inside code
+that another edit rebuilds without keeping it (neither as a hole nor as a moved statement). An edit
+nested inside a hole, a wrapped node or a moved statement is no conflict: it is applied there
+(``Apply`` fills holes with migrated nodes and moves migrated statements).
 
 After the pass, every node an edit produced must be in the output tree (``missing``); the engine
 downgrades a site whose result is not there instead of reporting it as rewritten.
@@ -16,79 +16,22 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import Code, Guarded, Replace, Site, Splice
+from npu_migrate.migrate.edits import Code, Replace, Site, Splice, edit_codes
 from npu_migrate.migrate.guarded import build_region, fill
+from npu_migrate.migrate.overlaps import overlaps, wraps  # noqa: F401  (overlaps: the engine's entry)
 from npu_migrate.migrate.parens import landing
 from npu_migrate.migrate.tree import TreeIndex, children
 
-StatementEdit = (Splice, Guarded)
 
+def _blank_lines_unindented(statement: cst.CSTNode) -> cst.CSTNode:
+    """A new statement's leading blank lines without the indentation of the block it lands in (no
+    trailing whitespace when it is spliced into an indented block)."""
+    lines = getattr(statement, "leading_lines", None)
+    if not lines or not any(line.comment is None and line.indent for line in lines):
+        return statement
+    return statement.with_changes(leading_lines=[
+        line.with_changes(indent=False) if line.comment is None else line for line in lines])
 
-def _kept(edit) -> Set[int]:
-    """Ids of the original nodes whose migrated form ``edit`` keeps inside what it builds."""
-    return {id(n) for c in _codes(edit) for n in c.hole_nodes}
-
-
-def _rebuilt(edit) -> List[cst.CSTNode]:
-    """The nodes whose whole subtree ``edit`` rebuilds (what is inside is lost unless kept as a
-    hole); a guarded region rebuilds nothing: it moves its statements as migrated."""
-    if isinstance(edit, Replace):
-        return [edit.node]
-    if isinstance(edit, Splice):
-        return list(edit.block.body[edit.start:edit.end])
-    return []
-
-
-def _placed(edit) -> cst.CSTNode:
-    """Where the result of ``edit`` goes: the replaced node, or the block whose statements change."""
-    return edit.node if isinstance(edit, Replace) else edit.block
-
-
-def _wraps(edit) -> bool:
-    """A replacement that keeps the node it replaces (``(fused if guard else {orig})``)."""
-    return isinstance(edit, Replace) and id(edit.node) in _kept(edit)
-
-
-def _describe(site: Site) -> str:
-    return f"{site.finding.code} at {site.finding.line}:{site.finding.col}"
-
-
-def _loses(edit, other, parent) -> bool:
-    """Whether ``other`` (an edit of another site) would discard the result of ``edit``."""
-    if isinstance(edit, StatementEdit) and isinstance(other, StatementEdit) and edit.block is other.block:
-        if max(edit.start, other.start) < min(edit.end, other.end):
-            return True
-    rebuilt = {id(n) for n in _rebuilt(other)}
-    if not rebuilt:
-        return False
-    kept = _kept(other)
-    placed = _placed(edit)
-    path_kept = False
-    node = placed
-    while node is not None:
-        path_kept = path_kept or id(node) in kept
-        if id(node) in rebuilt:
-            if node is placed and isinstance(edit, Replace) and isinstance(other, Replace):
-                return not (_wraps(edit) or _wraps(other))  # one wraps the other: they compose
-            return not path_kept
-        node = parent.get(id(node))
-    return False
-
-
-def overlaps(sites: List[Site], tree: TreeIndex) -> Dict[int, str]:
-    """``{id(site): why}`` for the sites to leave out: taken in order, a site is kept unless one of
-    its edits and one of a kept site's edits would discard each other's result."""
-    parent = tree.parents()
-    kept: List[Site] = []
-    dropped: Dict[int, str] = {}
-    for site in sites:
-        for other in kept:
-            if any(_loses(a, b, parent) or _loses(b, a, parent) for a in site.edits for b in other.edits):
-                dropped[id(site)] = f"it overlaps the rewrite of {_describe(other)}"
-                break
-        else:
-            kept.append(site)
-    return dropped
 
 
 class Apply(cst.CSTTransformer):
@@ -105,7 +48,7 @@ class Apply(cst.CSTTransformer):
         wanted: List[cst.CSTNode] = []
         for site in self.sites:
             for edit in site.edits:
-                holes = [n for c in _codes(edit) for n in c.hole_nodes]
+                holes = [n for c in edit_codes(edit) for n in c.hole_nodes]
                 if isinstance(edit, Replace):
                     self.replaces.setdefault(id(edit.node), []).append((site, edit))
                     wanted.append(edit.node)
@@ -115,7 +58,7 @@ class Apply(cst.CSTTransformer):
                 wanted.extend(holes)
                 self.recorded.update(id(n) for n in holes)
         for pairs in self.replaces.values():
-            pairs.sort(key=lambda pair: _wraps(pair[1]))  # a wrapper takes the node as replaced
+            pairs.sort(key=lambda pair: wraps(pair[1]))  # a wrapper takes the node as replaced
         self.holders = tree.ancestors(wanted)
         self.migrated_nodes: Dict[int, cst.CSTNode] = {}
 
@@ -183,7 +126,7 @@ class Apply(cst.CSTTransformer):
             if isinstance(edit, Splice):
                 removed = [self.migrated_nodes.get(id(s), s) for s in body[edit.start:edit.end]]
                 comments.extend(line for stmt in removed for line in _comment_lines(stmt))
-                new = [fill(c, "statement", self.migrated, self._wrapped) for c in edit.new]
+                new = [_blank_lines_unindented(fill(c, "statement", self.migrated, self._wrapped)) for c in edit.new]
             else:
                 new = build_region(edit, self.migrated, self._wrapped)
             site.results.extend(new)
@@ -194,14 +137,6 @@ class Apply(cst.CSTTransformer):
             footer = [*comments, *updated.footer] if isinstance(updated, cst.Module) else [*comments, *updated.footer]
             return updated.with_changes(body=out, footer=footer)
         return updated.with_changes(body=out)
-
-
-def _codes(edit) -> List[Code]:
-    if isinstance(edit, Replace):
-        return [edit.new] if isinstance(edit.new, Code) else []
-    if isinstance(edit, Splice):
-        return list(edit.new)
-    return [edit.guard, *edit.fused, *edit.tail]
 
 
 def _parenthesized(node) -> bool:

@@ -22,7 +22,8 @@ class DiagnosticCode:
     name: str  # slug, e.g. "rms-norm-unfused" (PascalCase in SARIF)
     summary: str  # one line: what a site with this code is and what happens to it
     rewrites: bool = False  # its sites are rewritten (else reported)
-    example: Optional[str] = None  # the fixture's stem: fixtures/rules/<code>_<example>/
+    example: Optional[str] = None  # the fixture's stem: fixtures/<fixtures>/<code>_<example>/
+    fixtures: str = "rules"  # the fixtures folder: "rules" (Python rules) or "files" (dependency and launcher files)
 
     @property
     def example_dir(self) -> Optional[str]:
@@ -43,6 +44,8 @@ BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF
 WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
 UNLISTABLE = "NPU014"  # a directory could not be listed
 CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
+DECLARATION_INVALID = "NPU017"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
+PATH_TOO_LONG = "NPU020"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
 
 TOOL_CODES: Dict[str, str] = {
     PARSE_ERROR: "file does not parse as Python",
@@ -60,10 +63,12 @@ TOOL_CODES: Dict[str, str] = {
     WRITE_ERROR: "the output file could not be written",
     UNLISTABLE: "directory could not be listed; its files are not in the output",
     CHANGED_DURING_RUN: "file changed on disk during the run; not written",
+    DECLARATION_INVALID: "dependency or launcher file does not parse in its format (TOML, YAML, Python); not migrated",
+    PATH_TOO_LONG: "path longer than the system's limit (PATH_MAX); not migrated or copied",
 }
 FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR, TOO_LARGE, TIMED_OUT,
                          WORKER_DIED, TOO_DEEP, HELPER_CONFLICT, BAD_NAME, WRITE_ERROR, UNLISTABLE,
-                         CHANGED_DURING_RUN})  # whole files, not sites
+                         CHANGED_DURING_RUN, DECLARATION_INVALID, PATH_TOO_LONG})  # whole files, not sites
 
 DOCS_DIR = Path(__file__).parent / "docs"
 
@@ -82,13 +87,18 @@ def doc_page(code: str) -> Optional[str]:
 
 
 def declarations() -> Dict[str, DiagnosticCode]:
-    """Every code's declaration, sorted: the tool's and each rule's (the rules are looked up at call
-    time, so a test's stand-ins count)."""
+    """Every code's declaration, sorted: the tool's, each rule's (the rules are looked up at call
+    time, so a test's stand-ins count) and the dependency and launcher files' (``migrate.files.codes``)."""
+    from npu_migrate.migrate.files.codes import DECLARATIONS
     from npu_migrate.migrate.rules import all_rules
 
     declared = tool_declarations()
     for rule in all_rules():
         declared.update((d.code, d) for d in rule.declarations)
+    for d in DECLARATIONS:
+        if d.code in declared:
+            raise RuntimeError(f"diagnostic code {d.code} is declared twice (migrate.files.codes and a rule)")
+        declared[d.code] = d
     return dict(sorted(declared.items()))
 
 

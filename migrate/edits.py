@@ -21,7 +21,8 @@ or none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence, Tuple, Union
 
 import libcst as cst
@@ -60,6 +61,19 @@ class Code:
 
 def code(text: str, **holes: cst.CSTNode) -> Code:
     return Code(text, tuple(holes.items()))
+
+
+#: Where a rule's template puts its site (``npu_glue.can_fuse(q, k, v, site=SITE)``): a placeholder
+#: name the engine replaces, once the finding has its position, with the constant ``"path:line:CODE"``
+#: (the file as given to ``migrate``, the finding's 1-based line and code). The vendored helper counts
+#: per site the calls that ran the fused kernel and, per fallback, the first precondition that failed;
+#: ``migrate parity`` joins those counts to the sites by that constant.
+SITE = "__npu_site__"
+
+
+def site_constant(path: str, line: int, diagnostic: str) -> str:
+    """The Python literal of a site: ``"models/llama.py:42:NPU302"``."""
+    return json.dumps(f"{path}:{line}:{diagnostic}")  # a JSON string is a Python string literal
 
 
 Block = Union[cst.IndentedBlock, cst.Module]
@@ -111,6 +125,29 @@ class Guarded:
 
 
 Edit = Union[Replace, Splice, Guarded]
+
+
+def edit_codes(edit: Edit) -> Tuple[Code, ...]:
+    """The new code of ``edit`` (whose holes name the original nodes it keeps)."""
+    if isinstance(edit, Replace):
+        return (edit.new,) if isinstance(edit.new, Code) else ()
+    if isinstance(edit, Splice):
+        return tuple(edit.new)
+    return (edit.guard, *edit.fused, *edit.tail)
+
+
+def placed_at(edit: Edit, constant: str) -> Edit:
+    """``edit`` with every ``SITE`` placeholder of its new code replaced by ``constant``."""
+    def fix(c):
+        return Code(c.text.replace(SITE, constant), c.holes) if isinstance(c, Code) and SITE in c.text else c
+
+    if not any(SITE in c.text for c in edit_codes(edit)):
+        return edit
+    if isinstance(edit, Replace):
+        return replace(edit, new=fix(edit.new))
+    if isinstance(edit, Splice):
+        return replace(edit, new=tuple(map(fix, edit.new)))
+    return replace(edit, guard=fix(edit.guard), fused=tuple(map(fix, edit.fused)), tail=tuple(map(fix, edit.tail)))
 
 
 def statements(block: Block) -> Sequence[cst.BaseStatement]:

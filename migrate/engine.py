@@ -10,6 +10,10 @@ so every finding reported as ``rewritten`` is in the migrated file.
 
 Nothing here raises for a bad file: unreadable, non-UTF-8, unparsable input and rule crashes all
 become an error result naming the reason, and the original text is kept.
+
+Outside the rewritten lines the output keeps the input's bytes: a UTF-8 byte-order mark (which
+libcst does not keep) is put back, and so is a last ``\r`` of a file with CR line endings (libcst
+drops it); every other line ending, ``\n``, ``\r\n``, ``\r`` or a mix, libcst keeps as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from npu_migrate.migrate import diagnostics, notebooks, residual
 from npu_migrate.migrate.apply import Apply, missing, overlaps
 from npu_migrate.migrate.codegen import code
 from npu_migrate.migrate.context import FileContext
-from npu_migrate.migrate.edits import ImportSpec, Site
+from npu_migrate.migrate.edits import ImportSpec, Site, placed_at, site_constant
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.imports import add_imports
 from npu_migrate.migrate.line_fit import fit_lines
@@ -36,6 +40,7 @@ from npu_migrate.migrate.suppressions import ignored_file, is_suppressed, suppre
 from npu_migrate.migrate.visit import visit_batched
 from npu_migrate.opmap import Fallback, OpTable
 
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as decoded
 NOT_APPLIED_PLAN = Fallback(
     "manual",
     "The overlapping rewrite was applied and this one was not. Review the site: running migrate again on the "
@@ -107,8 +112,10 @@ class Engine:
             source = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             return error_result(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
+        bom = BOM if source.startswith(BOM) else ""
+        text = source[len(bom):]
         try:
-            module = cst.parse_module(source)
+            module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
             return error_result(path, diagnostics.PARSE_ERROR, f"does not parse: {exc.message}", exc.raw_line, exc.raw_column)
         except Exception as exc:  # libcst raises a few other errors on odd input
@@ -126,8 +133,8 @@ class Engine:
             return error_result(path, diagnostics.RULE_CRASH, f"the residual pass crashed: {_exception_line(exc)}")
 
         sites = self._place(path, module, [s for s in ctx.sites if self.enabled(s.finding.code)])
-        kept_as_is = suppressed_lines(source)
-        whole_file = ignored_file(source)  # `# npu-migrate: ignore-file[...]`: as if on every line
+        kept_as_is = suppressed_lines(text)
+        whole_file = ignored_file(text)  # `# npu-migrate: ignore-file[...]`: as if on every line
         for site in sites:
             if is_suppressed(kept_as_is, site.finding.line, site.finding.code) or \
                     is_suppressed({0: whole_file} if whole_file is not None else {}, 0, site.finding.code):
@@ -143,17 +150,22 @@ class Engine:
         rewriting = [s for s in rewriting if s.edits]
         if not rewriting:
             return FileResult(path, "unchanged", findings())
+        for site in rewriting:  # the guards' site constants, now that the findings have their lines
+            constant = site_constant(path, site.finding.line, site.finding.code)
+            site.edits = tuple(placed_at(edit, constant) for edit in site.edits)
         try:
-            migrated, helpers = self._apply(ctx, rewriting, source)
+            migrated, helpers = self._apply(ctx, rewriting, text)
         except Exception as exc:
             return error_result(path, diagnostics.RULE_CRASH, f"applying the edits failed: {_exception_line(exc)}")
-        if migrated == source:
+        if text.endswith("\r"):
+            migrated += "\r"  # libcst drops the newline of a last line that ends in a lone CR
+        if migrated == text:
             return FileResult(path, "unchanged", findings())
         try:
             ast.parse(migrated, filename=path)  # CPython's own parser: the check is whether Python accepts it
         except Exception as exc:
             return error_result(path, diagnostics.OUTPUT_INVALID, f"the rewritten file does not parse ({exc}); left unchanged")
-        return FileResult(path, "changed", findings(), original=source, migrated=migrated, helpers=helpers)
+        return FileResult(path, "changed", findings(), original=source, migrated=bom + migrated, helpers=helpers)
 
     def _place(self, path: str, module: cst.Module, sites: List[Site]) -> List[Site]:
         """The sites with their findings' positions, in source order."""

@@ -12,7 +12,8 @@ UNSUPPORTED = 8  # --check: at least one site is reported as not migratable
 FILE_ERRORS = 16  # at least one file could not be processed (parse error, not UTF-8, rule crash)
 CONFIG_ERROR = 32  # invalid op table or spec, refused --in-place, missing paths
 PARITY_FAILED = 64  # migrate parity: at least one case did not pass
-INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), the shell's convention; not a bit
+NOT_PROVEN = 128  # migrate parity: a numerics-changing site's fused path ran in no run (never with 2: not 130)
+INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT) or SIGTERM, the shell's convention; not a bit
 
 DESCRIPTIONS = {
     OK: "success",
@@ -23,5 +24,6 @@ DESCRIPTIONS = {
     FILE_ERRORS: "some files could not be processed (see the report)",
     CONFIG_ERROR: "invalid configuration: op table, parity spec, paths or a refused --in-place",
     PARITY_FAILED: "parity: at least one case failed",
-    INTERRUPTED: "interrupted by Ctrl-C (the report says what was written)",
+    NOT_PROVEN: "parity: the fused path of a numerics-changing site ran in no run (not proven)",
+    INTERRUPTED: "interrupted by Ctrl-C or SIGTERM (the report says what was written)",
 }

@@ -49,6 +49,25 @@ class Finding:
         return data
 
 
+PYTHON = "python"  # the kind of a Python file; other kinds are migrate.files' (requirements, dockerfile, ...)
+PACKAGE_STATUSES = ("compatible", "replace", "unsupported", "unlisted")  # unlisted: no package-table record
+
+
+@dataclass
+class Requirement:
+    """A package a dependency file declares, as the compatibility matrix lists it."""
+
+    name: str  # the normalised distribution (or conda package) name
+    spec: str  # the declaration as written, e.g. "torch==2.4.0+cu121"
+    line: int
+    status: str  # one of PACKAGE_STATUSES, from the package table
+    group: str = ""  # where in the file: "dependencies", "optional-dependencies.dev", "pip install", ...
+    replacement: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class FileResult:
     path: str  # relative to the migrated root, with forward slashes
@@ -60,3 +79,5 @@ class FileResult:
     helpers: List[str] = field(default_factory=list)  # helper modules the migrated file imports
     digest: Optional[str] = None  # sha256 of the bytes that were migrated (in-place writes check it)
     diff: Optional[str] = None  # the file's part of changes.patch, made in the worker (and cached)
+    kind: str = PYTHON  # "python", or the migrate.files kind of a dependency or launcher file
+    requirements: List[Requirement] = field(default_factory=list)  # the packages a dependency file declares

@@ -6,17 +6,29 @@ transformers/models), more than the whole rest of a run. Almost every file binds
 walk over the statements collects the import table and every other name binding; a name that is
 bound only by imports (all agreeing) resolves from the table, and only a file in which an imported
 name is also bound some other way (a parameter, an assignment, a ``def``) pays for ScopeProvider.
+
+Two other ways to import are read as imports, so that nothing they bind goes unmigrated:
+
+- ``from M import *``: after the walk, the names the module reads but never binds (ScopeProvider's
+  accesses without a referent; builtins have one) are bound to ``M.name``, as if imported by name
+  (``star_names``), when the file has one star import; with several, which module binds a name is
+  not known and nothing is bound (``ambiguous_star``; such a file is reported, NPU230);
+- ``name = __import__("M")`` (the top package ``M`` names, or ``M`` itself with a ``fromlist``) and
+  ``name = importlib.import_module("M")``, with a literal module name, bind ``name`` like an
+  ``import`` statement (``dynamic``: the call, the name and the module it binds).
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from typing import Dict, Iterable, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _COMPOUND = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar, cst.FunctionDef, cst.ClassDef, cst.Match)
 
 
@@ -37,8 +49,14 @@ class NameResolver:
         self.imports: Dict[str, Set[str]] = defaultdict(set)  # local name -> qualified names bound by imports
         self.other_bindings: Set[str] = set()  # names also bound by something that is not an import
         self.relative_imports = False  # the module imports from its own package (``from .x import y``)
+        self.star_modules: List[str] = []  # M of every ``from M import *``, in source order
+        self.star_bound: Dict[str, str] = {}  # name -> the star-imported module that binds it
+        self.ambiguous_star = False  # names read but never bound, with several star imports to come from
+        self.dynamic: Dict[int, Tuple[str, str]] = {}  # id(call) of a bound __import__/import_module -> (name, module)
         self._scopes = None
         self._walk(module.body)
+        if self.star_modules:
+            self._bind_star_names()
 
     # -- collecting bindings -------------------------------------------------------------------
     def _walk(self, body) -> None:
@@ -61,7 +79,10 @@ class NameResolver:
         elif isinstance(node, cst.ImportFrom):
             if node.relative:
                 self.relative_imports = True
-            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            if node.relative or node.module is None:
+                return
+            if isinstance(node.names, cst.ImportStar):
+                self.star_modules.append(get_full_name_for_node(node.module))
                 return
             base = get_full_name_for_node(node.module)
             for alias in node.names:
@@ -69,6 +90,11 @@ class NameResolver:
                 local = alias.asname.name.value if alias.asname is not None else name
                 self.imports[local].add(f"{base}.{name}")
         elif isinstance(node, cst.Assign):
+            module = self.dynamic_import(node.value)
+            if module is not None and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                self.imports[node.targets[0].target.value].add(module)
+                self.dynamic[id(node.value)] = (node.targets[0].target.value, module)
+                return
             for target in node.targets:
                 self.other_bindings.update(target_names(target.target))
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
@@ -117,6 +143,62 @@ class NameResolver:
         orelse = getattr(node, "orelse", None)
         if isinstance(orelse, cst.Else):
             self._walk(orelse.body.body)
+
+    def dynamic_import(self, node: cst.CSTNode) -> Optional[str]:
+        """The module that ``__import__("M")`` / ``importlib.import_module("M")`` returns, with a
+        literal, absolute ``M``; None for anything else."""
+        if not isinstance(node, cst.Call) or not node.args or node.args[0].keyword is not None:
+            return None
+        first = node.args[0].value
+        module = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+        if not isinstance(module, str) or not _MODULE.fullmatch(module):
+            return None
+        func = get_full_name_for_node(node.func)
+        if func == "__import__" and "__import__" not in self.imports and "__import__" not in self.other_bindings:
+            by_keyword = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+            positional = [a.value for a in node.args if a.keyword is None]
+            level = by_keyword.get("level", positional[4] if len(positional) > 4 else None)
+            if level is not None and not (isinstance(level, cst.Integer) and level.evaluated_value == 0):
+                return None
+            fromlist = by_keyword.get("fromlist", positional[3] if len(positional) > 3 else None)
+            empty = fromlist is None or isinstance(fromlist, (cst.List, cst.Tuple)) and not fromlist.elements \
+                or isinstance(fromlist, cst.Name) and fromlist.value == "None"
+            return module.split(".")[0] if empty else module
+        if func is not None and self.qualified_import(func) == "importlib.import_module":
+            return module
+        return None
+
+    def qualified_import(self, dotted: str) -> Optional[str]:
+        """``dotted`` with its head replaced by what imports bind it to (one binding only)."""
+        head, _, rest = dotted.partition(".")
+        bound = self.imports.get(head, set())
+        if len(bound) != 1 or head in self.other_bindings:
+            return None
+        (qualified,) = bound
+        return f"{qualified}.{rest}" if rest else qualified
+
+    def _bind_star_names(self) -> None:
+        """Names read but bound nowhere in the module come from its star import (see the docstring)."""
+        scopes = self._scopes = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        unbound = {access.node.value for scope in set(scopes.values()) if scope is not None
+                   for access in scope.accesses if not access.referents and isinstance(access.node, cst.Name)}
+        unbound -= set(self.imports) | self.other_bindings
+        if len(set(self.star_modules)) > 1:
+            self.ambiguous_star = bool(unbound)
+            return
+        (module,) = set(self.star_modules)
+        for name in sorted(unbound):
+            self.imports[name].add(f"{module}.{name}")
+            self.star_bound[name] = module
+
+    def star_names(self, module: str) -> List[str]:
+        """The names the star import of ``module`` binds that the module reads, sorted."""
+        return sorted(name for name, source in self.star_bound.items() if source == module)
+
+    def imported_heads(self) -> Set[str]:
+        """The top-level package of everything the module imports (star imports included)."""
+        return {q.split(".")[0] for names in self.imports.values() for q in names} | \
+            {m.split(".")[0] for m in self.star_modules}
 
     # -- answering -----------------------------------------------------------------------------
     def is_imported(self, name: str) -> bool:

@@ -13,7 +13,9 @@ files balance themselves and nothing queues up inside a worker: on Ctrl-C the pa
 workers at once (they ignore SIGINT, so the terminal's signal reaches only the parent) and
 ``KeyboardInterrupt`` propagates within a fraction of a second, whatever the size of the tree.
 Workers are forked: they inherit the parent's loaded modules and state (no imports to repeat,
-nothing to pickle but the items and the results).
+nothing to pickle but the items and the results). They end with the parent however it ends
+(``kill -9`` included, ``migrate.lifeline``): each closes its copies of the parent's pipe ends, so
+an idle worker reads end-of-file, and on Linux the kernel kills a busy one when the parent dies.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence, Tuple
 
+from npu_migrate.migrate.lifeline import close_inherited, die_with_parent
 from npu_migrate.migrate.limits import cpu_seconds
 
 POLL_SECONDS = 0.5  # the longest the parent sleeps between checks of silent workers
@@ -63,18 +66,24 @@ class _Worker:
         return self.chunk[self.answered]
 
 
-def _serve(conn: Connection, setup: Callable[[], None], work: Callable[[Any], Any]) -> None:
+def _serve(conn: Connection, setup: Callable[[], None], work: Callable[[Any], Any], parent: int,
+           parent_ends: List[Connection]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills the workers
+    close_inherited(parent_ends)  # else this worker would hold its own pipe open after the parent died
+    die_with_parent(parent)
     setup()
     while True:
         try:
             chunk = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
             return
         if chunk is None:
             return
         for item in chunk:
-            conn.send(work(item))
+            try:
+                conn.send(work(item))
+            except OSError:  # the parent is gone
+                return
 
 
 def death_reason(exitcode: Optional[int]) -> str:
@@ -105,10 +114,12 @@ def supervise(items: Sequence[Any], work: Callable[[Any], Any], lost: Callable[[
     context = multiprocessing.get_context("fork")
     queue = _chunks(items, max(1, jobs))
     workers: List[_Worker] = []
+    parent_ends: List[Connection] = []  # every pipe end of this process: a new worker closes its copies
 
     def start() -> _Worker:
         ours, theirs = context.Pipe(duplex=True)
-        process = context.Process(target=_serve, args=(theirs, setup, work), daemon=True)
+        parent_ends[:] = [c for c in parent_ends if not c.closed] + [ours]
+        process = context.Process(target=_serve, args=(theirs, setup, work, os.getpid(), parent_ends), daemon=True)
         process.start()
         theirs.close()
         return _Worker(process, ours)

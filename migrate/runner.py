@@ -1,4 +1,6 @@
-"""Running the engine over a tree's Python files, in worker processes, without writing anything.
+"""Running the engine over a tree's Python files, in worker processes, without writing anything; then
+its dependency and launcher files (``migrate.files.run``), which may depend on what the Python
+files became.
 
 Every file runs under one guard: its read (``migrate.sources``: no links, a size limit), the
 engine (which turns RecursionError, MemoryError and crashes into the file's error result) and a
@@ -24,9 +26,11 @@ from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.discovery import Excluded
 from npu_migrate.migrate.engine import Engine, build_engine, error_result
+from npu_migrate.migrate.files import run as declared_files
 from npu_migrate.migrate.findings import FileResult, Finding
 from npu_migrate.migrate.limits import FileTimeout, Limits, time_budget
 from npu_migrate.migrate.pool import supervise
+from npu_migrate.migrate.rules import code_enabled
 from npu_migrate.migrate.sources import SourceError, display, name_problem, read_source
 from npu_migrate.opmap import OpTable
 
@@ -41,7 +45,7 @@ Task = str  # a path relative to the root
 @dataclass
 class RunResult:
     root: Path
-    files: List[FileResult]  # one per Python file, sorted by path
+    files: List[FileResult]  # one per Python, dependency or launcher file (``kind``), sorted by path
     copied: List[str] = field(default_factory=list)  # the other files of the tree, copied unchanged
     excluded: List[Excluded] = field(default_factory=list)  # what discovery left out, with the reason
     written: Optional["WriteOutcome"] = None  # what the run wrote (None: nothing was to be written)
@@ -128,6 +132,8 @@ def _migrate_task(path: Task) -> FileResult:
     if key is not None:
         hit = job.cache.get(key, data)
         if hit is not None:
+            if hit.status == "changed":
+                hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
             return hit
     try:
         with time_budget(job.limits.max_seconds):
@@ -210,23 +216,35 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
+def _enabled_in(select, ignore, ignored_in: Callable[[str], Tuple[str, ...]]):
+    """path -> (whether a code is on in that file, the file's ignores as a cache-key part)."""
+    def enabled(path: str) -> Tuple[Callable[[str], bool], str]:
+        extra = ignored_in(path)
+        every = [*(ignore or ()), *extra]
+        return (lambda code: code_enabled(code, select, every)), f"ignore={','.join(extra)}"
+    return enabled
+
+
 def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
         copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        progress: bool = False, limits: Limits = Limits(), cache=None, isolate: bool = True,
-        ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
-    """Migrate ``python`` (paths relative to ``root``) in memory.
+        too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
+        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
+    """Migrate ``python`` (paths relative to ``root``) in memory, then the dependency and launcher files
+    among ``copied`` (the rest is copied unchanged).
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
     bar on stderr for runs over ``PROGRESS_MIN_FILES`` files. ``cache``: a ``migrate.cache.Cache``.
-    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result).
+    ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
+    ``too_long``: paths over PATH_MAX (each an NPU020 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
     """
     global _job
     root = Path(root)
     jobs = max(1, jobs or os.cpu_count() or 1)
     results = [error_result(d.path, diagnostics.UNLISTABLE, d.reason) for d in unlistable]
-    copied = list(copied)
+    results += [error_result(display(d.path), diagnostics.PATH_TOO_LONG, d.reason) for d in too_long]
+    declared, copied = declared_files.split(root, copied)
     tasks = []
     for path in python:
         problem = name_problem(path)
@@ -235,8 +253,9 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
             copied.append(path)
         else:
             tasks.append(path)
+    ignored_in = ignored_in or (lambda path: ())
     _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
-                ignored_in or (lambda path: ()), table, select, ignore)
+                ignored_in, table, select, ignore)
     try:
         with _progress(len(tasks), progress) as advance:
             if isolate:
@@ -251,5 +270,9 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     finally:
         _job = None
         gc.unfreeze()
+    declared_results, data = declared_files.migrate_all(root, declared, results, table,
+                                                        _enabled_in(select, ignore, ignored_in), limits, cache)
+    results += declared_results
+    copied = [*copied, *data]
     results.sort(key=lambda r: r.path)
     return RunResult(root, results, sorted(copied), list(excluded))

@@ -126,6 +126,11 @@ class TreeIndex:
             return None
         return at, self._ends[at]
 
+    def span(self, node: cst.CSTNode) -> Optional[Tuple[int, int]]:
+        """``node``'s place in the traversal order and the place just past its subtree (None for a
+        node outside the tree): ``a`` lies in ``b``'s subtree exactly when ``b``'s span holds ``a``'s start."""
+        return self._span(node)
+
     def contains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` (this very object) is a node of the indexed tree."""
         return self._span(node) is not None

@@ -66,19 +66,20 @@ class OpRecord:
 _RECORD_KEYS = {"api", "status", "code", "target", "summary", "args", "preconditions", "tolerance", "fallback"}
 
 
-def _str(path: Path, node: yaml.Node, what: str) -> str:
+def text(path: Path, node: yaml.Node, what: str) -> str:
+    """A checked non-empty string value."""
     value = plain(node)
     if not isinstance(value, str) or not value.strip():
         raise SchemaError(path, line_of(node), f"{what} must be a non-empty string")
     return value
 
 
-def _fallback(path: Path, node: yaml.Node) -> Fallback:
+def parse_fallback(path: Path, node: yaml.Node) -> Fallback:
     keys = check_keys(path, node, {"plan", "detail"}, ("plan", "detail"), "fallback")
-    plan = _str(path, keys["plan"], "fallback.plan")
+    plan = text(path, keys["plan"], "fallback.plan")
     if plan not in PLANS:
         raise SchemaError(path, line_of(keys["plan"]), f"fallback.plan {plan!r} is not one of {', '.join(PLANS)}")
-    return Fallback(plan, _str(path, keys["detail"], "fallback.detail"))
+    return Fallback(plan, text(path, keys["detail"], "fallback.detail"))
 
 
 def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
@@ -94,38 +95,38 @@ def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
             if problem:
                 raise SchemaError(path, line_of(keys[name]), f"tolerance.{dtype}.{name} {problem} (a non-negative number)")
             numbers[name] = float(value)
-        result[dtype] = Tolerance(numbers["rtol"], numbers["atol"], _str(path, keys["reason"], f"tolerance.{dtype}.reason"))
+        result[dtype] = Tolerance(numbers["rtol"], numbers["atol"], text(path, keys["reason"], f"tolerance.{dtype}.reason"))
     return result
 
 
 def parse_record(path: Path, node: yaml.Node) -> OpRecord:
     """Validate one record node; every problem names ``path:line``."""
     keys = check_keys(path, node, _RECORD_KEYS, ("api", "status"), "op record")
-    api = _str(path, keys["api"], "api")
+    api = text(path, keys["api"], "api")
     if not API_RE.match(api):
         raise SchemaError(path, line_of(keys["api"]), f"api {api!r} is not a dotted qualified name (optionally ending in .*)")
     where = f"record {api!r}"
-    status = _str(path, keys["status"], "status")
+    status = text(path, keys["status"], "status")
     if status not in STATUSES:
         raise SchemaError(path, line_of(keys["status"]), f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
-    code = _str(path, keys["code"], "code") if "code" in keys else None
+    code = text(path, keys["code"], "code") if "code" in keys else None
     if code is not None and not CODE_RE.match(code):
         raise SchemaError(path, line_of(keys["code"]), f"{where}: code {code!r} must look like NPU123")
     if status != "native" and code is None:
         raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a diagnostic code")
-    target = _str(path, keys["target"], "target") if "target" in keys else None
+    target = text(path, keys["target"], "target") if "target" in keys else None
     problem = dotted_name_problem(target) if target is not None else None
     if problem:  # the target is copied into migrated code: a name, never an expression
         raise SchemaError(path, line_of(keys["target"]), f"{where}: target {problem}")
     if status in ("rename", "fused") and target is None:
         raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a target")
-    fallback = _fallback(path, keys["fallback"]) if "fallback" in keys else None
+    fallback = parse_fallback(path, keys["fallback"]) if "fallback" in keys else None
     if status in ("fallback", "unsupported") and fallback is None:
         raise SchemaError(path, line_of(node), f"{where}: status {status!r} needs a fallback plan (plan + detail)")
     args = {}
     if "args" in keys:
         for name, key_node, value_node in mapping_items(path, keys["args"], "args"):
-            args[name] = _str(path, value_node, f"args.{name}")
+            args[name] = text(path, value_node, f"args.{name}")
             bad = next((n for n in (name, args[name]) if not n.isidentifier() or keyword.iskeyword(n)), None)
             if bad is not None:
                 raise SchemaError(path, line_of(key_node), f"{where}: args.{name}: {bad!r} is not an argument name")
@@ -140,7 +141,7 @@ def parse_record(path: Path, node: yaml.Node) -> OpRecord:
         status=status,
         code=code,
         target=target,
-        summary=_str(path, keys["summary"], "summary") if "summary" in keys else "",
+        summary=text(path, keys["summary"], "summary") if "summary" in keys else "",
         args=args,
         preconditions=preconditions,
         tolerance=_tolerance(path, keys["tolerance"]) if "tolerance" in keys else {},

@@ -1,16 +1,23 @@
 """Loading the op table: the YAML files shipped in this package, then the user's ``--opmap`` files.
 
-A later file overrides an earlier record with the same ``api``; within one file a repeated api is
-an error. Lookup is exact first, then the longest ``prefix.*`` record.
+A file is a list of op records, or a mapping of sections: ``records`` (op records, one per torch
+API), ``packages`` and ``indexes`` (the package table, ``opmap.packages``) and ``environment``
+(launcher settings, ``opmap.environment``). A later file overrides an earlier record with the same
+key (``api``; ``package`` + ``local``; ``index``; ``kind`` + ``name``); within one file a repeated key is
+an error. Op lookup is exact first, then the longest ``prefix.*`` record; package, index and
+environment lookup is the most specific matching glob (an exact name first; ties: the later record).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
+from npu_migrate.opmap.environment import EnvironmentRecord, parse_environment
+from npu_migrate.opmap.packages import IndexRecord, PackageRecord, normalise, parse_index, parse_package, specificity
 from npu_migrate.opmap.records import OpRecord, parse_record
 from npu_migrate.opmap.yaml_source import SchemaError, check_keys, compose, line_of
 
@@ -21,32 +28,133 @@ def builtin_files() -> List[Path]:
     return sorted(BUILTIN_DIR.glob("*.yaml"))
 
 
-def load_file(path: Path) -> List[OpRecord]:
-    """Records of one YAML file: a list of records (or a mapping with a ``records`` list)."""
+@dataclass
+class Sections:
+    """The records of one op-table file, by section."""
+
+    records: List[OpRecord] = field(default_factory=list)
+    packages: List[PackageRecord] = field(default_factory=list)
+    indexes: List[IndexRecord] = field(default_factory=list)
+    environment: List[EnvironmentRecord] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.records) + len(self.packages) + len(self.indexes) + len(self.environment)
+
+
+# section -> (parse one record, its key, what the key is called in an error)
+_SECTIONS: Dict[str, tuple] = {
+    "records": (parse_record, lambda r: r.api, "api"),
+    "packages": (parse_package, lambda r: r.package + (f"+{r.local}" if r.local else ""), "package"),
+    "indexes": (parse_index, lambda r: r.index, "index"),
+    "environment": (parse_environment, lambda r: " ".join(filter(None, (r.kind, r.name, r.value))),
+                    "environment record"),
+}
+
+
+def _section(path: Path, node: yaml.Node, name: str) -> list:
+    parse, key_of, what = _SECTIONS[name]
+    if not isinstance(node, yaml.SequenceNode):
+        raise SchemaError(path, line_of(node), f"section {name!r} is a list of records")
+    records, seen = [], {}
+    for item in node.value:
+        record = parse(path, item)
+        key = key_of(record)
+        if key in seen:
+            raise SchemaError(path, line_of(item), f"{what} {key!r} is defined twice (first at line {seen[key]})")
+        seen[key] = line_of(item)
+        records.append(record)
+    return records
+
+
+def load_sections(path: Path) -> Sections:
+    """Every record of one YAML file: a list of op records, or a mapping of sections."""
     path = Path(path)
     root = compose(path)
     if root is None:
-        return []
-    if isinstance(root, yaml.MappingNode):  # a repeated ``records:`` is refused by compose()
-        root = check_keys(path, root, {"records"}, ("records",), "the op table file")["records"]
+        return Sections()
+    if isinstance(root, yaml.MappingNode):  # a repeated section is refused by compose()
+        keys = check_keys(path, root, set(_SECTIONS), (), "the op table file")
+        if not keys:
+            raise SchemaError(path, line_of(root), f"an op table file has at least one of the sections "
+                                                   f"{', '.join(_SECTIONS)}")
+        return Sections(**{name: _section(path, node, name) for name, node in keys.items()})
     if not isinstance(root, yaml.SequenceNode):
         raise SchemaError(path, line_of(root), "an op table file is a list of records")
-    records, seen = [], {}
-    for node in root.value:
-        record = parse_record(path, node)
-        if record.api in seen:
-            raise SchemaError(path, line_of(node), f"api {record.api!r} is defined twice (first at line {seen[record.api]})")
-        seen[record.api] = line_of(node)
-        records.append(record)
-    return records
+    return Sections(records=_section(path, root, "records"))
+
+
+def load_file(path: Path) -> List[OpRecord]:
+    """The op records of one YAML file (its other sections are checked too)."""
+    return load_sections(path).records
+
+
+def _most_specific(records: Iterable, pattern_of: Callable, matches: Callable):
+    """The matching record with the most specific pattern (later records win ties)."""
+    best, best_rank = None, -1
+    for record in records:
+        if matches(record):
+            rank = specificity(pattern_of(record))
+            if rank >= best_rank:
+                best, best_rank = record, rank
+    return best
 
 
 class OpTable:
     def __init__(self, records: Iterable[OpRecord] = ()):
         self._exact: Dict[str, OpRecord] = {}
         self._prefix: Dict[str, OpRecord] = {}
+        self._packages: Dict[tuple, PackageRecord] = {}
+        self._indexes: Dict[str, IndexRecord] = {}
+        self._environment: Dict[tuple, EnvironmentRecord] = {}
         for record in records:
             self.add(record)
+
+    def add_sections(self, sections: Sections) -> None:
+        for record in sections.records:
+            self.add(record)
+        for package in sections.packages:
+            self._packages.pop(package.key, None)  # re-added last: a later file wins ties
+            self._packages[package.key] = package
+        for index in sections.indexes:
+            self._indexes.pop(index.index, None)
+            self._indexes[index.index] = index
+        for env in sections.environment:
+            self._environment.pop(env.key, None)
+            self._environment[env.key] = env
+
+    def package(self, name: str, local: Optional[str] = None) -> Optional[PackageRecord]:
+        """The package record for a distribution (any spelling of its name) and the local label of
+        its pinned build: records with a matching ``local`` come before those without."""
+        name = normalise(name)
+        candidates = [r for r in self._packages.values() if r.matches(name, local)]
+        with_local = [r for r in candidates if r.local is not None]
+        return _most_specific(with_local or candidates, lambda r: r.package, lambda r: True)
+
+    def index(self, url: str) -> Optional[IndexRecord]:
+        return _most_specific(self._indexes.values(), lambda r: r.index, lambda r: r.matches(url))
+
+    def environment(self, kind: str, name: str) -> Optional[EnvironmentRecord]:
+        return _most_specific(self._environment.values(), lambda r: r.name, lambda r: r.matches(kind, name))
+
+    def config(self, key: str, value: str) -> Optional[EnvironmentRecord]:
+        """The ``config`` record of a configuration key (lower case) holding ``value``: the most
+        specific value glob first, then the most specific key glob (ties: the later record)."""
+        best, best_rank = None, None
+        for record in self._environment.values():
+            if record.matches("config", key) and record.holds(value):
+                rank = (specificity(record.value), specificity(record.name))
+                if best_rank is None or rank >= best_rank:
+                    best, best_rank = record, rank
+        return best
+
+    def packages(self) -> List[PackageRecord]:
+        return list(self._packages.values())
+
+    def indexes(self) -> List[IndexRecord]:
+        return list(self._indexes.values())
+
+    def environment_records(self) -> List[EnvironmentRecord]:
+        return list(self._environment.values())
 
     def add(self, record: OpRecord) -> None:
         if record.is_prefix:
@@ -77,6 +185,5 @@ def load_table(extra_files: Sequence[Path] = ()) -> OpTable:
     """The built-in table extended/overridden by ``extra_files`` (raises ``SchemaError``)."""
     table = OpTable()
     for path in [*builtin_files(), *map(Path, extra_files)]:
-        for record in load_file(path):
-            table.add(record)
+        table.add_sections(load_sections(path))
     return table

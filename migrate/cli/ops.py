@@ -72,15 +72,18 @@ def show_op(name: str = typer.Argument(..., metavar="NAME", help="Qualified torc
 @ops_app.command("validate")
 def validate(files: List[Path] = typer.Argument(..., metavar="FILE...", help="Op-table YAML files to check.")) -> None:
     """Check op-table files against the schema; problems are printed as file:line: problem, one a line."""
-    from npu_migrate.opmap import SchemaError, load_file
+    from npu_migrate.opmap import SchemaError, load_sections
 
     failed = False
     for path in files:
         try:
-            records = load_file(path)
+            sections = load_sections(path)
         except SchemaError as exc:
             typer.echo(str(exc))
             failed = True
         else:
-            typer.echo(f"{path}: {len(records)} records OK")
+            parts = [f"{len(sections.records)} records"]
+            parts += [f"{len(getattr(sections, name))} {name}" for name in ("packages", "indexes", "environment")
+                      if getattr(sections, name)]
+            typer.echo(f"{path}: {', '.join(parts)} OK")
     raise typer.Exit(exitcodes.CONFIG_ERROR if failed else exitcodes.OK)

@@ -15,6 +15,7 @@ from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.extras import missing_torch
 from npu_migrate.migrate.console import console, out
+from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.outputs.atomic import write_atomic
 
 
@@ -38,13 +39,17 @@ def parity(
     migrated: Optional[Path] = typer.Option(None, "--migrated", metavar="DIR", help="Migrated tree (default: <original>-npu)."),
     json_out: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Write the report as JSON to this file."),
     backing: Backing = typer.Option(Backing.cpu, "--backing", help="Device the emulated NPU computes on."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="Seconds one run of a case may take when its spec sets no `timeout:` (default 300); a run past it is stopped and reported as timed out."),
 ) -> None:
     """Run the original and the migrated model side by side and compare outputs and gradients.
 
     Exit code: 0 when every case passes, 64 when one does not (it diverged, the migrated model
-    raised, or the emulation cannot run it), plus 32 when a case could not be set up (a spec
-    reference, tree or checkpoint problem, or an original model that does not run) or the spec is
-    invalid (32 alone). Needs torch (the parity extra): without it, says what to install and exits 32.
+    raised, or the emulation cannot run it), plus 128 when a numerics-changing rewritten site in a
+    file the runs imported never took its fused path (not proven: see the per-site table), plus
+    32 when a case could not be set up (a spec reference, tree or checkpoint problem, or an
+    original model that does not run) or the spec is invalid (32 alone); 130 when interrupted
+    (Ctrl-C or SIGTERM: the worker processes are stopped). Needs torch (the parity extra): without
+    it, says what to install and exits 32.
 
     `migrate parity init [PATH]` writes a spec for a migrated tree (see its --help)."""
     if ctx.invoked_subcommand is not None:
@@ -56,29 +61,33 @@ def parity(
     if missing:
         console.print(f"[red]error:[/] {escape(missing)}", soft_wrap=True)
         raise typer.Exit(exitcodes.CONFIG_ERROR)
-    raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out, to=out))
+    raise typer.Exit(run_and_show(spec, original, migrated, backing.value, json_out, to=out, timeout=timeout))
 
 
 def run_and_show(spec: Path, original: Optional[Path], migrated: Optional[Path], backing: str,
-                 json_out: Optional[Path] = None, to: Console = out) -> int:
+                 json_out: Optional[Path] = None, to: Console = out, timeout: Optional[float] = None) -> int:
     """Run a parity spec, print the table (on ``to``: stdout, the command's output), write the JSON;
-    returns the exit code. Progress and spec problems go to stderr."""
+    returns the exit code. Progress and spec problems go to stderr. ``timeout``: see ``run_parity``."""
     from npu_migrate.migrate.parity import SpecError, render, run_parity  # imports torch: only when needed
 
     try:
-        with console.status("parity: starting") as status:
+        with terminate_as_interrupt(), console.status("parity: starting") as status:
             report = run_parity(spec, original, migrated, backing,
-                                progress=lambda message: status.update(f"parity: {message}"))
+                                progress=lambda message: status.update(f"parity: {message}"), timeout=timeout)
     except SpecError as error:
         for problem in error.problems:
             console.print(problem, markup=False, soft_wrap=True)
         return exitcodes.CONFIG_ERROR
+    except KeyboardInterrupt:
+        console.print("[red]interrupted:[/red] the parity run was stopped (its worker processes too)", soft_wrap=True)
+        return exitcodes.INTERRUPTED
     renderable = render(report)
     target = to if to.is_terminal else Console(file=to.file, highlight=False, width=log_width(renderable))
     target.print(renderable)
     if json_out is not None:
         write_atomic(json_out, (json.dumps(report.to_json(), indent=2) + "\n").encode())
     code = exitcodes.OK if report.passed else exitcodes.PARITY_FAILED
+    code |= exitcodes.NOT_PROVEN if report.not_proven else 0
     return code | (exitcodes.CONFIG_ERROR if report.setup_failed else 0)
 
 

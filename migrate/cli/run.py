@@ -19,13 +19,15 @@ from npu_migrate.migrate.cli import formats
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.cli.codes import FUSED_PREFIX, check_codes
 from npu_migrate.migrate.cli.formats import is_human
-from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, confine, probe_writable
+from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, cache_overlap, confine, probe_writable
 from npu_migrate.migrate.cli.run_writes import _write, _write_reports_and_say, finish_in_place
 from npu_migrate.migrate.console import console, out
+from npu_migrate.migrate.lifeline import terminate_as_interrupt
 from npu_migrate.migrate.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_SECONDS, Limits
 
 EXIT_CODES = "Exit codes (bits combine, e.g. 20 = 4 + 16): " + "; ".join(
-    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items() if code != exitcodes.PARITY_FAILED) + "."
+    f"{code} {text}" for code, text in exitcodes.DESCRIPTIONS.items()
+    if code not in (exitcodes.PARITY_FAILED, exitcodes.NOT_PROVEN)) + "."
 
 INTERRUPTED = exitcodes.INTERRUPTED
 
@@ -75,6 +77,7 @@ class RunOptions:
     ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
     stdin_filename: Optional[str] = None
     parity_init: bool = False  # write parity.yaml and its harness with the reports (`migrate parity init`)
+    cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
 
     @property
     def writes_tree(self) -> bool:
@@ -153,6 +156,7 @@ def run_command(
                 stdin_filename=stdin_filename)
             options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
             options.parity_init = parity_init
+            options.cache_given = cache_dir is not None
             code = _stdin(options) if stdin else run_migration(path, options)
     except UsageError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
@@ -220,10 +224,11 @@ def _default_cache_dir() -> Path:
 
 def _select_files(files, paths: Paths, exclude) -> None:
     """A single file as PATH: only it; ``--exclude``/``exclude``: copied unchanged, listed as excluded."""
-    from npu_migrate.migrate.discovery import Excluded, is_migratable
+    from npu_migrate.migrate.discovery import Excluded, is_migratable, is_python_script
 
     if paths.only is not None:
-        files.python = [paths.only] if is_migratable(paths.only) else []
+        found = is_migratable(paths.only) or is_python_script(paths.root / paths.only)
+        files.python = [paths.only] if found else []
         files.other, files.excluded = [], []
         if not files.python:
             raise ConfigError(f"PATH {paths.root / paths.only} is not a Python file or notebook (.py, .ipynb)")
@@ -244,27 +249,48 @@ def _select_files(files, paths: Paths, exclude) -> None:
 
 
 def run_migration(path: Path, options: RunOptions) -> int:
-    """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too)."""
-    from npu_migrate.migrate.discovery import discover
-    from npu_migrate.migrate.outputs.in_place import check_in_place, unfinished_journal
+    """The whole ``migrate run``; returns the exit code (``migrate demo`` calls it too).
+
+    A run holds the locks of the directories it writes (``migrate.outputs.lock``) from before its
+    checks of the journal to its last report; SIGTERM stops it the way Ctrl-C does."""
+    from npu_migrate.migrate.outputs.in_place import check_in_place
+    from npu_migrate.migrate.outputs.lock import LockedError, locked
 
     paths = confine(path, options.out, options.in_place, options.report_dir)
-    root = paths.root
     table = _load_table(options.opmap)
+    cache = _cache(options, paths)
     backup = False
     if options.in_place and options.writes_tree:
-        backup = check_in_place(root, options.force, exclude=[paths.report_dir])
-        problem = unfinished_journal(paths.report_dir)
-        if problem:
-            raise ConfigError(problem)
+        backup = check_in_place(paths.root, options.force, exclude=[paths.report_dir])
     for directory in filter(None, (paths.out_dir if options.writes_tree else None,
                                    paths.report_dir if options.writes_reports else None)):
         probe_writable(directory)
+    held = [(paths.report_dir, "report directory")] if options.writes_reports else []
+    if options.writes_tree:
+        held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
+    try:
+        with terminate_as_interrupt(), locked(held):
+            return _migrate(path, paths, table, cache, options, backup)
+    except LockedError as exc:
+        raise ConfigError(str(exc)) from exc
 
-    files = discover(root, exclude=[paths.report_dir])
+
+def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup: bool) -> int:
+    from npu_migrate.migrate.discovery import discover
+    from npu_migrate.migrate.outputs.in_place import begin_in_place, unfinished_journal
+    from npu_migrate.migrate.outputs.journal import run_identity
+
+    identity = None
+    if options.in_place and options.writes_tree:
+        problem = unfinished_journal(paths.report_dir)
+        if problem:
+            raise ConfigError(problem)
+        identity = run_identity()
+        begin_in_place(paths.report_dir, paths.root, identity)  # from here on the journal is this run's
+    files = discover(paths.root, exclude=[paths.report_dir])
     _select_files(files, paths, options.exclude)
-    result = _run(root, files, table, options)
-    return _finish(path, paths, result, options, backup)
+    result = _run(paths.root, files, table, options, cache)
+    return _finish(path, paths, result, options, backup, identity)
 
 
 def _load_table(opmap):
@@ -276,19 +302,18 @@ def _load_table(opmap):
         raise ConfigError(f"cannot read op table {exc.filename}: {exc.strerror}") from exc
 
 
-def _run(root: Path, files, table, options: RunOptions):
+def _run(root: Path, files, table, options: RunOptions, cache):
     from npu_migrate.migrate.runner import run
 
     ignored_in = None
     if options.ignored_in is not None:
         ignored_in = lambda rel: options.ignored_in(root / rel)  # noqa: E731
     return run(root, files.python, table, select=options.select, ignore=options.ignore, jobs=options.jobs,
-               copied=files.other, excluded=files.excluded, unlistable=files.unlistable, progress=True,
-               limits=options.limits, ignored_in=ignored_in,
-               cache=_cache(options.cache_dir, options.opmap, options.select, options.ignore, options.limits))
+               copied=files.other, excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long,
+               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache)
 
 
-def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool) -> int:
+def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
     """Write what the run writes, print what it prints, and return its exit code."""
     from npu_migrate.migrate.cli import summary as show
     from npu_migrate.migrate.outputs import report_json
@@ -304,7 +329,7 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool)
     talk = out if human and not (options.diff or options.statistics) else console
     if options.diff:
         typer.echo(patch, nl=False)
-    interrupted = _write(result, changes, paths, backup) if options.writes_tree else False
+    interrupted = _write(result, changes, paths, backup, identity) if options.writes_tree else False
     report = report_json.build(result, changes)
     if options.statistics:
         typer.echo(show.statistics(report, as_json=fmt == "json"), nl=False)
@@ -348,19 +373,28 @@ def _sarif(report: dict, result, patch: str) -> str:
     return report_sarif.render(report, result.root, diffs, originals)
 
 
-def _cache(cache_dir: Optional[Path], opmap, select, ignore, limits: Limits):
-    if cache_dir is None:
+def _cache(options: RunOptions, paths: Paths):
+    """The result cache, or None. A cache directory that overlaps PATH, the output or the report
+    directory is refused (``--cache-dir``: a configuration error; the default: not used)."""
+    if options.cache_dir is None:
         return None
-    from npu_migrate.migrate.cache import Cache, salt, unsafe
-
-    problem = unsafe(cache_dir)
-    if problem:
-        console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
-        return None
+    from npu_migrate.migrate.cache import Cache, salt
     from npu_migrate.migrate.rules import select_rules
     from npu_migrate.opmap.table import builtin_files
 
-    return Cache(cache_dir, salt([*builtin_files(), *opmap], select_rules(select, ignore), select, ignore, limits))
+    problem = cache_overlap(options.cache_dir, paths)
+    if problem and options.cache_given:
+        raise ConfigError(problem)
+    cache = None
+    if problem is None:
+        select, ignore, limits = options.select, options.ignore, options.limits
+        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], select_rules(select, ignore), select,
+                                              ignore, limits), limits.max_bytes)
+        problem = cache.problem
+    if problem:
+        console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)
+        return None
+    return cache
 
 
 def _exit_code(report: dict, result, changes, options: RunOptions) -> int:

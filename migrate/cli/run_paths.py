@@ -27,7 +27,7 @@ from typing import Optional
 DEFAULT_REPORT_DIR = Path("npu-migrate-report")
 # what a run, a --check with --report-dir, `migrate report` and the demo write into a report directory
 REPORT_FILES = {"changes.patch", "report.json", "report.md", "report.sarif", "report.html", "parity.json", "journal",
-                "parity.yaml", "parity_harness.py", "__pycache__"}
+                "in-place-journal", "tree-staging", "parity.yaml", "parity_harness.py", "__pycache__"}
 
 
 class ConfigError(Exception):
@@ -100,6 +100,18 @@ def confine(path: Path, out: Optional[Path], in_place: bool, report_dir: Optiona
     if out_dir is not None and _overlap(report, out_dir):
         raise ConfigError(f"the report directory {report} and the output directory {out_dir} overlap; keep them apart")
     return Paths(root, out_dir, report, only)
+
+
+def cache_overlap(cache_dir: Path, paths: Paths) -> Optional[str]:
+    """Why the cache directory may not be used with these paths (None when it may): a cache inside
+    PATH or the output would be written into them (and left there after ``--revert``)."""
+    cache = Path(os.path.abspath(cache_dir)).resolve()
+    for where, what in ((paths.root, "PATH"), (paths.out_dir, "the output directory"),
+                        (paths.report_dir, "the report directory")):
+        if where is not None and _overlap(cache, where):
+            return (f"the cache directory {cache} overlaps {what} {where} (symbolic links resolved); "
+                    "choose one outside it")
+    return None
 
 
 def probe_writable(directory: Path) -> None:

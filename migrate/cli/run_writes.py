@@ -11,18 +11,19 @@ from rich.markup import escape
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.run_paths import ConfigError, Paths, confine
 from npu_migrate.migrate.console import console
+from npu_migrate.migrate.lifeline import terminate_as_interrupt
 
 if TYPE_CHECKING:
     from npu_migrate.migrate.cli.run import RunOptions
 
 
-def _write(result, changes, paths: Paths, backup: bool) -> bool:
+def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict] = None) -> bool:
     """Write the tree (or the in-place changes); returns whether Ctrl-C stopped the writing.
 
     The outcome lands in ``result.written`` either way, so the reports say what was written."""
     from npu_migrate.migrate.outputs.in_place import write_in_place
     from npu_migrate.migrate.outputs.journal import journal_dir
-    from npu_migrate.migrate.outputs.tree import mark_unwritten, python_paths, write_tree
+    from npu_migrate.migrate.outputs.tree import STAGING_DIR, mark_unwritten, python_paths, write_tree
     from npu_migrate.migrate.runner import WriteOutcome
 
     if paths.out_dir is None:
@@ -33,9 +34,9 @@ def _write(result, changes, paths: Paths, backup: bool) -> bool:
         intended = sorted({*result.copied, *python_paths(result), *(c.path for c in changes)})
     try:
         if paths.out_dir is None:
-            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written)
+            write_in_place(paths.root, changes, backup, journal_dir(paths.report_dir), result.written, identity)
         else:
-            write_tree(result, changes, paths.out_dir, result.written)
+            write_tree(result, changes, paths.out_dir, result.written, staging=paths.report_dir / STAGING_DIR)
     except KeyboardInterrupt:
         outcome = result.written
         outcome.complete = False
@@ -85,11 +86,16 @@ def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, optio
 def finish_in_place(path: Path, report_dir: Optional[Path], in_place: bool, resume: bool, revert: bool) -> int:
     """``--resume`` / ``--revert``: finish or undo an in-place run from its journal."""
     from npu_migrate.migrate.outputs.in_place import finish_journal
+    from npu_migrate.migrate.outputs.lock import LockedError, locked
 
     if not in_place or (resume and revert):
         raise ConfigError("--resume and --revert go with --in-place, one at a time")
     paths = confine(path, None, True, report_dir)
-    outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
+    try:
+        with terminate_as_interrupt(), locked([(paths.root, "PATH"), (paths.report_dir, "report directory")]):
+            outcome = finish_journal(paths.report_dir, paths.root, forward=resume)
+    except LockedError as exc:
+        raise ConfigError(str(exc)) from exc
     verb = "finished" if resume else "reverted"
     console.print(f"In-place run {verb}: {len(outcome.written)} files written, {len(outcome.failed)} not written",
                   soft_wrap=True)

@@ -23,11 +23,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _scanned(s: dict) -> str:
+    """'12 Python files scanned' or '12 Python files scanned, 3 dependency/launcher files'."""
+    kinds = s.get("files_by_kind") or {"python": s["files_scanned"]}
+    python = kinds.get("python", 0)
+    declared = s["files_scanned"] - python
+    return f"{python} Python files scanned" + (f", {_plural(declared, 'dependency/launcher file')}" if declared else "")
+
+
 def summary_line(report: dict, to: Console) -> None:
     s = report["summary"]
     safety = s["rewrites_by_safety"]
     to.print(
-        f"{s['files_scanned']} Python files scanned ({_plural(s['files_other'], 'other file')}, "
+        f"{_scanned(s)} ({_plural(s['files_other'], 'other file')}, "
         f"{s.get('files_excluded', 0)} excluded): "
         f"{s['files_changed']} changed, {s['files_unchanged']} unchanged, "
         f"{s['files_skipped']} skipped (nothing to migrate), {s['files_errored']} with errors; "

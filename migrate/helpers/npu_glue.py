@@ -5,28 +5,59 @@ The fused ``torch_npu`` kernels are exact replacements only under conditions kno
 kernels). The functions here check those conditions and convert masks to the NPU convention; every
 migrated call site falls back to its original code when they do not hold.
 
-Cost on the hot path: a guard reads shapes, dtypes, devices, Python values and flags. Conditions
-on tensor *values* (an additive mask holds only 0 and minus infinity, no query row is masked
-entirely, rotary tables lie in [-1, 1]) need a device->host sync, so each is checked once per
-distinct tensor and remembered while that tensor lives unchanged (identity + version counter:
-an in-place change re-checks); a forward pass then pays one sync per distinct mask or table, not
-one per layer. Inference tensors (``torch.inference_mode``) have no version counter and are
-checked on every call. A rule that can see where a mask or table comes from passes a proof flag
-(``mask_values_proven``, ``live_rows_proven``, ``table_proven``) and no check runs at all. Under
-``torch.compile`` an unproven value condition is never evaluated: the original code runs, so the
-graph has no data-dependent branch.
+Derived state: nothing computed from a tensor's values is kept from one call to the next. A
+model's parameters and buffers change in ways no cheap key sees: ``AdamW(fused=True)`` (and
+``foreach=True`` on accelerators), ``torch._foreach_*`` ops and every ``p.data.copy_()`` leave the
+version counter where it was; FSDP-style swaps and ``set_`` can land on a freed tensor's address;
+``load_state_dict``, ``fill_`` and ``nn.init`` change a buffer proven causal where it was built. So:
 
-Sections: value checks, attention, rotary embedding, RMSNorm, SwiGLU, MoE gating. Imports only
-torch, torch_npu, math, functools and sys.
+- the gated MLP's gate and up projections run as the original runs them and their outputs are
+  concatenated for npu_swiglu / npu_geglu (a copy of the activations per call, no [gate; up]
+  weight kept);
+- masks are converted to the NPU convention from their current values on every call (elementwise,
+  on the device, no sync), a causal buffer included: the kernel gets the buffer's values as its
+  mask, never a causal mode chosen from what the buffer held when the class was written;
+- pair rotary tables are widened to per-channel tables on every call (S x D, not the activations);
+- value conditions (an additive mask holds only 0 and minus infinity, no query row is masked
+  entirely, an MoE bias is not negative) are checked on every call that needs them, all of a
+  call's in one device->host sync, unless a rule proves them from code in the same call
+  (``mask_values_proven``, ``live_rows_proven``); rotary tables are not checked at all (the kernel
+  takes any values). Rows with every key masked (left padding) need no check where
+  ``fusion_attention`` gives them the original's value on the device. Under ``torch.compile`` an
+  unproven value condition is never evaluated: the original code runs, so the graph has no
+  data-dependent branch.
+
+Precision: under ``torch.autocast`` the fused calls compute in the precision the original's ops
+run in: attention's q, k, v are cast to autocast's dtype (its matmuls and SDPA are on autocast's
+lower-precision list), rotary computes in the promotion of x's and the tables' dtypes (its
+elementwise products are on no list), RMSNorm takes a float32 weight with a half x.
+
+The trade-off, measured on the emulator, is in npu-migrate's ``docs/design.md`` ("Derived state"):
+per call, one copy of the gate and up activations, and one device->host sync where a mask's values
+must be checked (a verdict kept per tensor cost one per forward), against caches that are silently
+wrong after a fused optimizer step or a ``.data`` write.
+
+What ran, per site: every guard gets its site, ``site="path:line:CODE"`` (the finding of
+``migrate run`` that rewrote it), and counts per site the calls that took the fused path and, for
+each call that fell back, the first precondition that failed (``site_counts()``; ``migrate parity``
+reports them). Plain Python counters updated beside the computation: no device->host sync, and
+skipped while ``torch.compile`` traces (compiled calls are not counted, the graph gets no Python
+side effect). The environment variable ``NPU_GLUE_SITES`` switches it: ``count`` (the default),
+``log`` (count, and log each site's first fallback with its reason on the ``npu_glue`` logger, one
+line per site: what a user profiling on an NPU reads to see why a kernel did not run) or ``off``.
+
+Sections: value checks, what ran per site, attention, rotary embedding, RMSNorm, SwiGLU, MoE
+gating. Imports only torch, torch_npu, math, functools, logging, os and sys.
 """
 
+import logging
 import math
+import os
 import sys
 from functools import lru_cache, reduce
 
 import torch
 import torch_npu
-from torch.utils.weak import WeakIdKeyDictionary, WeakIdRef
 
 #: Largest head dim and head count npu_fusion_attention takes.
 MAX_HEAD_DIM = 768
@@ -39,64 +70,74 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 npu_glue = sys.modules[__name__]
 
 
-# -- value checks, once per distinct tensor ------------------------------------------------------
+# -- value checks, on every call --------------------------------------------------------------------
 
 
 def _compiling():
     return torch.compiler.is_compiling()
 
 
-class _Memo:
-    """Results computed from tensors' values, reused while every tensor lives unchanged.
-
-    An entry is keyed by each tensor's base (views share it and its version counter), the view's
-    data pointer, shape, strides and dtype, and is valid while the version counters are unchanged.
-    It holds only weak references to the tensors and is dropped when one is freed, so a new tensor
-    that reuses a freed one's id never sees its result; at most ``size`` entries are kept.
-    """
-
-    def __init__(self, size=64):
-        self._entries = {}
-        self._size = size
-
-    def get(self, tensors, extra, compute):
-        if not all(_versioned(t) for t in tensors):
-            return compute()
-        bases = [t if t._base is None else t._base for t in tensors]
-        key = (extra, *((id(b), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for b, t in zip(bases, tensors)))
-        versions = tuple(t._version for t in tensors)
-        entry = self._entries.get(key)
-        if entry is not None and entry[1] == versions and all(r() is b for r, b in zip(entry[0], bases)):
-            return entry[2]
-        value = compute()
-        drop = lambda _ref, key=key: self._entries.pop(key, None)  # noqa: E731
-        self._entries.pop(key, None)
-        self._entries[key] = (tuple(WeakIdRef(b, drop) for b in bases), versions, value)
-        while len(self._entries) > self._size:
-            self._entries.pop(next(iter(self._entries)))
-        return value
-
-
-def _versioned(t):
-    """A plain strided tensor with a version counter (inference tensors have none)."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_inference()
-
-
-_converted = _Memo()  # attention masks in the NPU convention
-_checked = _Memo()  # value conditions: True / False
-
-
-def _holds(tensors, conditions):
-    """Whether every condition (name -> a function giving a 0-d bool tensor over ``tensors``' values)
-    holds: one sync per distinct tensors. Pass only the unproven conditions; under torch.compile, or
-    on meta tensors, an unproven condition counts as not holding."""
+def _failed(tensors, conditions):
+    """The first condition (reason -> a function giving a 0-d bool tensor over ``tensors``' values)
+    that does not hold, or None when all do, read back with one device->host sync for all of them.
+    Evaluated on every call, never remembered: no key says that a tensor's values are still those a
+    verdict was made on (see "Derived state" above). Pass only the unproven conditions; under
+    torch.compile, or on meta tensors, an unproven condition counts as not holding."""
     if not conditions:
-        return True
-    if _compiling() or any(t.is_meta for t in tensors):
-        return False
-    names = tuple(sorted(conditions))
+        return None
+    if _compiling():
+        return "a value condition is not checked under torch.compile: " + next(iter(conditions))
+    if any(t.is_meta for t in tensors):
+        return "a value condition cannot be checked on meta tensors: " + next(iter(conditions))
+    reasons = list(conditions)
     with torch.no_grad():
-        return _checked.get(tensors, names, lambda: bool(reduce(torch.logical_and, [conditions[n]() for n in names])))
+        first = -1  # the index of the first condition that fails, on the device until the one sync
+        for index in reversed(range(len(reasons))):
+            first = torch.where(conditions[reasons[index]](), first, index)
+        first = int(first)
+    return None if first < 0 else reasons[first]
+
+
+# -- what ran, per site ---------------------------------------------------------------------------
+
+#: ``NPU_GLUE_SITES``: "count" (default), "log" (count and log each site's first fallback) or "off"
+SITES = os.environ.get("NPU_GLUE_SITES", "count").strip().lower()
+_log = logging.getLogger("npu_glue")
+_calls = {}  # site -> [calls, calls that ran the fused kernel]
+_fallbacks = {}  # site -> {first failed precondition: calls}
+
+
+def _record(site, why, *, when=True, final=True):
+    """Count one call of ``site``: fused when ``why`` is None and ``when`` holds (the site's own
+    flags, written by the rule), else fallen back because of ``why`` (the first precondition that
+    failed); returns whether the fused path runs. ``final=False``: a check before the one that
+    decides (a pass counts nothing: the deciding check counts the call). Python counters only,
+    skipped under torch.compile and when NPU_GLUE_SITES is "off"."""
+    if why is None and not when:
+        why = "a condition of the site's own code does not hold (the `when` of its guard)"
+    if site is None or SITES == "off" or _compiling() or why is None and not final:
+        return why is None
+    counts = _calls.setdefault(site, [0, 0])
+    counts[0] += 1
+    if why is None:
+        counts[1] += 1
+        return True
+    reasons = _fallbacks.setdefault(site, {})
+    if not reasons and SITES == "log":
+        _log.warning("npu_glue: %s: the original code runs: %s", site, why)
+    reasons[why] = reasons.get(why, 0) + 1
+    return False
+
+
+def site_counts():
+    """``{site: {"calls": m, "fused": n, "fallbacks": {reason: calls}}}`` since the last reset."""
+    return {site: {"calls": calls, "fused": fused, "fallbacks": dict(_fallbacks.get(site, {}))}
+            for site, (calls, fused) in _calls.items()}
+
+
+def reset_site_counts():
+    _calls.clear()
+    _fallbacks.clear()
 
 
 # -- attention ----------------------------------------------------------------------------------------
@@ -113,21 +154,49 @@ def causal_mask(device):
     return (_causal_mask.__wrapped__ if _compiling() else _causal_mask)(device)
 
 
-def _shapes_fit(query, key, value, enable_gqa=True, cast_value=False):
-    """q/k/v are [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts (``cast_value``:
-    the call casts v to q's dtype and the result back to v's, so v may have another float dtype).
-    With fewer K/V heads (GQA) they go to the kernel as they are: head_num is the query's, K/V heads
-    divide it."""
-    if not all(torch.is_tensor(t) for t in (query, key, value)) or not query.dim() == key.dim() == value.dim() == 4:
-        return False
-    if query.dtype not in _FLOATS or key.dtype != query.dtype:
-        return False
-    if value.dtype != query.dtype and not (cast_value and value.dtype in _FLOATS):
-        return False
+def _autocast_dtype(t):
+    """The dtype autocast runs matmuls in on ``t``'s device (float16 or bfloat16), or None outside
+    autocast. On an NPU torch_npu's autocast (``torch.autocast("npu")``) casts the inputs of
+    matmul, bmm and baddbmm to it as CUDA's does."""
+    kind = t.device.type
+    try:
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    except RuntimeError:  # a device type without autocast
+        return None
+    return dtype if dtype in (torch.float16, torch.bfloat16) else None
+
+
+def _shapes_why(query, key, value, enable_gqa=True, cast_value=False):
+    """Why q/k/v are not [B, N, S, D] tensors of one float dtype npu_fusion_attention accepts, or None
+    (``cast_value``: the call casts v to q's dtype and the result back to v's, so v may have another
+    float dtype). With fewer K/V heads (GQA) they go to the kernel as they are: head_num is the
+    query's, K/V heads divide it."""
+    if not all(torch.is_tensor(t) for t in (query, key, value)):
+        return "q, k and v are not all tensors"
+    if not query.dim() == key.dim() == value.dim() == 4:
+        return f"q, k, v of {query.dim()}, {key.dim()}, {value.dim()} dims, not 4 ([B, N, S, D])"
+    amp = _autocast_dtype(query)
+    if amp is not None:  # the original's matmuls run in autocast's dtype whatever q, k, v hold
+        if not all(t.dtype in _FLOATS for t in (query, key, value)):
+            return f"q, k, v dtypes {_names(query, key, value)} under autocast"
+        if cast_value and value.dtype != amp:
+            return "v is cast to q's dtype and the result back under autocast"
+    elif query.dtype not in _FLOATS or key.dtype != query.dtype or \
+            value.dtype != query.dtype and not (cast_value and value.dtype in _FLOATS):
+        return f"q, k, v dtypes {_names(query, key, value)}"
     (b, nq, _, d), (bk, nk, sk, dk), (bv, nv, sv, dv) = query.shape, key.shape, value.shape
     heads_ok = nq == nk if not enable_gqa else nk >= 1 and nq % nk == 0
-    return (b == bk == bv and heads_ok and nk == nv and sk == sv and nq <= MAX_HEADS
-            and 1 <= d == dk <= MAX_HEAD_DIM and dv <= dk and query.device == key.device == value.device)
+    if not (b == bk == bv and heads_ok and nk == nv and sk == sv):
+        return f"q, k, v shapes {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)} do not pair up"
+    if nq > MAX_HEADS or not 1 <= d == dk <= MAX_HEAD_DIM or dv > dk:
+        return f"{nq} heads of head dim {d} (v: {dv}): over the kernel's {MAX_HEADS} heads / {MAX_HEAD_DIM} dims"
+    if not query.device == key.device == value.device:
+        return "q, k, v on different devices"
+    return None
+
+
+def _names(*tensors):
+    return ", ".join(str(t.dtype).removeprefix("torch.") for t in tensors)
 
 
 def _broadcasts(mask, query, key):
@@ -144,51 +213,52 @@ def _fit(masked, query, key):
     return masked.expand(b, n if masked.shape[1] != 1 else 1, sq, skv)
 
 
-def _masks(query, key, additive, masked, keep):
-    """The (kind, mask) pairs given, or None when one is not a tensor of the right dtype and shape."""
-    masks = [(kind, m) for kind, m in (("additive", additive), ("masked", masked), ("keep", keep)) if m is not None]
+def _masks(query, key, additive, masked, keep, causal=None):
+    """(the (kind, mask) pairs given, None), or (None, why) when one is not a tensor of the right dtype
+    and shape."""
+    given = (("additive", additive), ("masked", masked), ("keep", keep), ("causal", causal))
+    masks = [(kind, m) for kind, m in given if m is not None]
     for kind, m in masks:
-        if not torch.is_tensor(m) or not _broadcasts(m, query, key):
-            return None
-        if not (m.is_floating_point() if kind == "additive" else m.dtype == torch.bool):
-            return None
-    return masks
+        if not torch.is_tensor(m):
+            return None, f"the {kind} mask is not a tensor"
+        if not _broadcasts(m, query, key):
+            return None, f"the {kind} mask's shape {tuple(m.shape)} does not broadcast to the scores"
+        if kind == "additive" and not m.is_floating_point() or kind in ("masked", "keep") and m.dtype != torch.bool:
+            return None, f"the {kind} mask has dtype {_names(m)}"
+        if kind == "causal" and (m.is_complex() or tuple(m.shape[-2:]) != (query.shape[2], key.shape[2])):
+            return None, "the causal slice does not cover the scores"
+    return masks, None
 
 
 def _term(kind, mask):
-    """One mask as a bool tensor, True = masked out. Additive "minus infinity": -inf or about dtype min."""
+    """One mask as a bool tensor, True = masked out. Additive "minus infinity": -inf or about dtype min;
+    a causal buffer's slice: its zeros (``masked_fill(buf == 0, -inf)``, ``where(buf.bool(), w, -inf)``)."""
     if kind == "additive":
         return mask <= torch.finfo(mask.dtype).min / 2
+    if kind == "causal":
+        return mask == 0
     return mask if kind == "masked" else ~mask
 
 
 def _combined(masks):
-    """The masks as one bool tensor (True = masked out, not yet expanded), converted once per distinct masks."""
-    tensors = [m for _, m in masks]
-    if _compiling():
-        return reduce(torch.logical_or, [_term(kind, m) for kind, m in masks])
-
-    def convert():  # never hold a mask itself (it would stay alive): its index instead
-        terms = [_term(kind, m) for kind, m in masks]
-        combined = reduce(torch.logical_or, terms)
-        return next((i for i, m in enumerate(tensors) if combined is m), combined)
-
-    with torch.no_grad():
-        result = _converted.get(tensors, tuple(kind for kind, _ in masks), convert)
-    return tensors[result] if isinstance(result, int) else result
+    """The masks as one bool tensor (True = masked out, not yet expanded), converted from their values
+    on every call: elementwise on the device, no sync, never stale; a bool ``masked`` mask alone is
+    passed as it is."""
+    return reduce(torch.logical_or, [_term(kind, m) for kind, m in masks])
 
 
-def _mask_values_fit(masks, values_proven, rows_proven):
-    """An additive mask holds only 0 and minus infinity (the values that convert exactly), and no query
-    row masks out every key (eager softmax makes such a row NaN or uniform; the kernel does not)."""
+def _mask_values_why(masks, values_proven, rows_proven):
+    """Why not (or None): an additive mask holds only 0 and minus infinity (the values that convert
+    exactly), and no query row masks out every key (eager softmax makes such a row NaN or uniform;
+    the kernel does not)."""
     additive = [m for kind, m in masks if kind == "additive"]
     conditions = {}
     if additive and not values_proven:
-        conditions["zero_or_minus_inf"] = lambda: reduce(
+        conditions["the additive mask holds values other than 0 and minus infinity"] = lambda: reduce(
             torch.logical_and, [((m == 0) | _combined([("additive", m)])).all() for m in additive])
     if not rows_proven:
-        conditions["live_rows:" + ",".join(kind for kind, _ in masks)] = lambda: ~_combined(masks).all(dim=-1).any()
-    return _holds([m for _, m in masks], conditions)
+        conditions["a query row masks every key (padding)"] = lambda: ~_combined(masks).all(dim=-1).any()
+    return _failed([m for _, m in masks], conditions)
 
 
 def is_scalar(value):
@@ -199,38 +269,103 @@ def is_scalar(value):
 
 
 def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None,
-             mask_values_proven=False, live_rows_proven=False, cast_value=False):
+             mask_values_proven=False, live_rows_proven=False, cast_value=False, scale=1.0, weights_requested=False,
+             when=True, site=None):
     """True when npu_fusion_attention computes what the eager attention code does.
 
     ``additive``: a float mask added to the scores (only 0 and values <= dtype min / 2 convert);
     ``masked``: a bool mask, True = masked out (``masked_fill(cond, -inf)``); ``keep``: a bool mask,
-    True = attend (``torch.where(keep, w, min)``); ``causal``: the lower-triangular buffer slice the
-    code applies, which must cover the whole [Sq, Skv] score matrix. A row with every key masked
-    makes the eager softmax NaN or uniform, which the kernel does not reproduce: those fall back.
+    True = attend (``torch.where(keep, w, min)``); ``causal``: the slice of a causal buffer the code
+    applies (zero = masked out), covering the whole [Sq, Skv] score matrix. The kernel gets every
+    mask's current values (``npu_mask``): a buffer proven lower-triangular where it is built may
+    have been filled, loaded or written through ``.data`` since, so it is never taken for the
+    kernel's own causal mode. A row with every key masked makes the eager softmax NaN or uniform,
+    which the kernel does not reproduce: those fall back.
 
-    Proofs a rule may pass when it sees how the masks are built (they skip the value checks):
+    Proofs a rule may pass when it sees how the masks are built in the same call (they skip the value
+    checks; a proof about a stored tensor, such as a buffer, does not hold: its values can change):
     ``mask_values_proven=True`` when the additive mask holds only 0 and -inf / dtype min by
     construction: ``torch.full(..., -inf)`` then ``torch.triu``/``tril``, ``masked_fill(cond,
     -inf or finfo.min)`` of zeros, or a Hugging Face masking utility (``create_causal_mask`` and
     friends, eager output); ``live_rows_proven=True`` when no query row can be masked entirely: a
     ``torch.tril``/``triu(diagonal=1)`` causal mask with Sq <= Skv and no padding term. A padding
     mask never proves live rows (left padding masks whole rows). ``cast_value``: the fused call runs
-    in q's dtype and casts the result to v's.
+    in q's dtype and casts the result to v's. ``scale``: the code's scale when it is not a Python
+    number (the kernel takes a float: ``is_scalar``); ``weights_requested``: the attention
+    probabilities are read afterwards (the kernel does not form them). ``site``: counted there
+    (see "What ran, per site").
     """
-    if not _shapes_fit(query, key, value, cast_value=cast_value):
-        return False
-    if causal is not None and (tuple(causal.shape[-2:]) != (query.shape[2], key.shape[2]) or query.shape[2] > key.shape[2]):
-        return False
-    masks = _masks(query, key, additive, masked, keep)
-    if masks is None:
-        return False
-    return not masks or _mask_values_fit(masks, mask_values_proven, live_rows_proven)
+    return _record(site, _can_fuse_why(query, key, value, additive, masked, keep, causal, mask_values_proven,
+                                       live_rows_proven, cast_value, scale, weights_requested), when=when)
 
 
-def npu_mask(query, key, *, additive=None, masked=None, keep=None, **proofs):
-    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted; the conversion
-    ``can_fuse`` made is reused (``proofs``: the flags passed to can_fuse, accepted for symmetry)."""
-    masks = _masks(query, key, additive, masked, keep)
+def _can_fuse_why(query, key, value, additive, masked, keep, causal, values_proven, rows_proven, cast_value, scale,
+                  weights_requested):
+    if weights_requested:
+        return "the attention probabilities are requested (output_attentions)"
+    if not is_scalar(scale):
+        return "the scale is not a float or a 0-d float tensor"
+    why = _shapes_why(query, key, value, cast_value=cast_value)
+    if why is not None:
+        return why
+    masks, why = _masks(query, key, additive, masked, keep, causal)
+    if why is not None or not masks:
+        return why
+    return _mask_values_why(masks, values_proven, rows_proven or _dead_rows_fixable(masks, query, key, value))
+
+
+def _dead_rows_fixable(masks, query, key, value):
+    """Whether ``fusion_attention`` gives a query row with every key masked what the original gives
+    it, on the device: one additive mask (values 0 and <= dtype min / 2, checked apart), scores not
+    float16, no gradient needed. The original adds the mask to the scores: in float32 or bfloat16 a
+    score vanishes against a mask value near -3.4e38 (it is below half its spacing, about 1e31), so
+    the row's softmax is uniform over the keys whose mask value is the row's largest, or NaN when
+    that is -inf; in float16 (min -65504) the scores still count, and such rows fall back. The
+    kernel's backward for such rows is not the original's (its gradient flows through the scores):
+    with a gradient needed they fall back too."""
+    if len(masks) != 1 or masks[0][0] != "additive":
+        return False
+    compute = _autocast_dtype(query) or query.dtype
+    if torch.promote_types(compute, masks[0][1].dtype) == torch.float16:
+        return False
+    return _no_grad_needed(query, key, value, masks[0][1])
+
+
+def fusion_attention(query, key, value, head_num, *, scale=1.0, keep_prob=1.0, additive=None, masked=None, keep=None,
+                     causal=None, live_rows_proven=False, **proofs):
+    """``torch_npu.npu_fusion_attention(query, key, value, head_num, "BNSD", ...)[0]`` for inputs
+    ``can_fuse`` accepted, computing what the original eager attention computes:
+
+    - under autocast, q, k and v are cast to autocast's dtype, as the original's matmuls cast them
+      (the result is in that dtype, as the original's ``probs @ v``);
+    - the masks go to the kernel converted from their current values (``npu_mask``);
+    - a query row with every key masked (left padding) gets the original's value on the device,
+      with no sync (``_dead_rows_fixable``): its query is zeroed and its mask opens the keys whose
+      mask value is the row's largest, so the kernel's softmax is the uniform one the original's
+      is; rows whose largest value is -inf become NaN, as the original's softmax makes them.
+    """
+    amp = _autocast_dtype(query)
+    if amp is not None:
+        query, key, value = (t if t.dtype == amp else t.to(amp) for t in (query, key, value))
+    masks, _ = _masks(query, key, additive, masked, keep, causal)
+    atten_mask, nan_rows = (_combined(masks) if masks else None), None
+    if masks and not live_rows_proven and _dead_rows_fixable(masks, query, key, value):
+        mask = masks[0][1]
+        dead = atten_mask.all(dim=-1, keepdim=True)
+        top = mask.amax(dim=-1, keepdim=True)
+        atten_mask = torch.where(dead, mask != top, atten_mask)
+        query = torch.where(dead, torch.zeros((), dtype=query.dtype, device=query.device), query)
+        nan_rows = dead & (top == float("-inf"))
+    out = torch_npu.npu_fusion_attention(
+        query, key, value, head_num, "BNSD", atten_mask=None if atten_mask is None else _fit(atten_mask, query, key),
+        scale=scale, keep_prob=keep_prob)[0]
+    return out if nan_rows is None else torch.where(nan_rows, torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
+
+
+def npu_mask(query, key, *, additive=None, masked=None, keep=None, causal=None, **proofs):
+    """The NPU ``atten_mask`` (bool, True = masked out) for masks ``can_fuse`` accepted, converted from
+    their current values (``proofs``: the flags passed to can_fuse, accepted for symmetry)."""
+    masks, _ = _masks(query, key, additive, masked, keep, causal)
     return _fit(_combined(masks), query, key) if masks else None
 
 
@@ -248,7 +383,7 @@ def attention_weights_requested(module, kwargs):
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False,
-         mask_values_proven=False, live_rows_proven=False):
+         mask_values_proven=False, live_rows_proven=False, site=None):
     """``torch.nn.functional.scaled_dot_product_attention`` on the fused NPU kernel when it is exact.
 
     Differences handled here: the NPU mask is True = masked out (an SDPA bool mask is True =
@@ -256,20 +391,40 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
     mask; the NPU scale defaults to 1.0, SDPA's to 1/sqrt(D); rows with every key masked give 0 in
     SDPA, which needs ``inner_precise=2`` (a float mask's -inf rows give 0 too, but its dtype-min
     rows a uniform average: float masks with dead rows are not converted). The proofs are
-    ``can_fuse``'s. Anything else runs the original SDPA.
+    ``can_fuse``'s; ``site``: counted there. Anything else runs the original SDPA.
     """
-    fused = _shapes_fit(query, key, value, enable_gqa) and (attn_mask is None or not is_causal) and 0.0 <= dropout_p < 1.0
     keep = torch.is_tensor(attn_mask) and attn_mask.dtype == torch.bool
-    masks = [] if attn_mask is None or not fused else _masks(query, key, None if keep else attn_mask, None, attn_mask if keep else None)
-    if not (fused and masks is not None and (keep or not masks or _mask_values_fit(masks, mask_values_proven, live_rows_proven))):
+    why = _sdpa_why(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, keep, mask_values_proven,
+                    live_rows_proven)
+    if not _record(site, why):
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa)
+    masks, _ = _masks(query, key, None if keep else attn_mask, None, attn_mask if keep else None)
     atten_mask = _fit(_combined(masks), query, key) if masks else causal_mask(query.device) if is_causal else None
+    amp = _autocast_dtype(query)  # SDPA is on autocast's lower-precision list: it casts q, k, v so
+    if amp is not None:
+        query, key, value = (t if t.dtype == amp else t.to(amp) for t in (query, key, value))
     return torch_npu.npu_fusion_attention(
         query, key, value, query.shape[1], "BNSD", atten_mask=atten_mask,
         scale=1 / math.sqrt(query.shape[-1]) if scale is None else scale,
         keep_prob=1.0 - dropout_p, sparse_mode=2 if is_causal else 0, inner_precise=2 if keep else 0)[0]
+
+
+def _sdpa_why(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, keep, values_proven, rows_proven):
+    why = _shapes_why(query, key, value, enable_gqa)
+    if why is not None:
+        return why
+    if attn_mask is not None and is_causal:
+        return "both attn_mask and is_causal"
+    if not 0.0 <= dropout_p < 1.0:
+        return f"dropout_p {dropout_p} outside [0, 1)"
+    if attn_mask is None:
+        return None
+    masks, why = _masks(query, key, None if keep else attn_mask, None, attn_mask if keep else None)
+    if why is not None or keep:
+        return why
+    return _mask_values_why(masks, values_proven, rows_proven)
 
 
 # -- rotary position embedding ----------------------------------------------------------------------
@@ -321,73 +476,80 @@ def _table(t):
     return t
 
 
-def rotary_fits(x, cos, sin, mode="half", *, table_proven=False):
+def rotary_fits(x, cos, sin, mode="half", *, when=True, site=None):
     """True when ``rotary_mul(x, cos, sin, mode)`` computes ``x * cos + rotate(x) * sin`` as the
-    original code does (same result shape and dtype, no broadcasting the kernel lacks, tables in
-    [-1, 1]: checked once per table). 2-D and 3-D tables count as the 4-D tables they broadcast as.
-    A rule may pass ``table_proven=True`` when cos and sin come straight from
-    ``torch.cos``/``torch.sin`` (or ``.cos()``/``.sin()``) through views, slicing, indexing,
-    ``cat``/``repeat`` of such tables, ``unsqueeze`` and dtype casts only: a product (Hugging
-    Face's ``* attention_scaling``) breaks the proof."""
+    original code does: same result shape and dtype (float dtypes may differ: the call computes in
+    their promotion, as the original's products do), no broadcasting the kernel lacks. Shapes,
+    dtypes and devices only: the kernel computes ``x * r1 + rotate(x) * r2`` for any table values
+    (torch_npu's npu_rotary_mul documentation states no range), so nothing about the tables'
+    contents is checked, or remembered (scaled tables such as YaRN's fuse too). 2-D and 3-D
+    tables count as the 4-D tables they broadcast as. ``site``: counted there."""
+    return _record(site, _rotary_why(x, cos, sin, mode), when=when)
+
+
+def _rotary_why(x, cos, sin, mode):
     if not all(torch.is_tensor(t) for t in (x, cos, sin)):
-        return False
+        return "x, cos and sin are not all tensors"
     if 2 <= cos.dim() < 4 and cos.shape == sin.shape:
         cos, sin = _table(cos), _table(sin)
     if x.dim() != 4 or cos.dim() != 4 or cos.shape != sin.shape or x.numel() == 0:
-        return False
-    if x.dtype not in _FLOATS or not x.dtype == cos.dtype == sin.dtype or not x.device == cos.device == sin.device:
-        return False
+        return f"x {tuple(x.shape)} with tables {tuple(cos.shape)}, {tuple(sin.shape)}: not 4-D tables of one shape"
+    if not all(t.dtype in _FLOATS for t in (x, cos, sin)):
+        return f"x, cos, sin dtypes {_names(x, cos, sin)}"
+    if not x.device == cos.device == sin.device:
+        return "x, cos, sin on different devices"
     d = x.shape[-1]
     if d % 2 or d >= ROTARY_MAX_HEAD_DIM:
-        return False
+        return f"head dim {d}: odd or not below {ROTARY_MAX_HEAD_DIM}"
     if _folds(x, cos, mode):
         x, cos = _fold(x), _fold(cos)
     grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
     layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(cos.shape) in shapes]
-    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
-        return False
-    unit = {} if table_proven else {"unit_table": lambda: (cos.abs() <= 1).all() & (sin.abs() <= 1).all()}
-    return _holds([cos, sin], unit)
+    if not layouts and _widens(x, cos, mode):
+        layouts = [(b, n) for b, n, shapes in _layouts(x.shape, mode) if tuple(x.shape) in shapes]
+    if not layouts:
+        return f"tables {tuple(cos.shape)} fit no layout of x {tuple(x.shape)} ({mode} mode)"
+    if not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
+        return "batch or heads over the kernel's limits"
+    return None
+
+
+def _widens(x, cos, mode):
+    """Half-mode tables that broadcast to x without growing it but fit none of the kernel's table
+    layouts (per-head tables [1, N, S, D], ...): the kernel takes them expanded to x's shape."""
+    return mode == "half" and cos.dim() == x.dim() and all(c in (1, n) for c, n in zip(cos.shape, x.shape))
 
 
 def rotary_mul(x, cos, sin, mode="half"):
-    """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted."""
+    """``torch_npu.npu_rotary_mul`` for inputs ``rotary_fits`` accepted, in the dtype the original's
+    elementwise products promote to (a bfloat16 x under autocast with float32 tables, as Llama's are:
+    float32; ``*`` and ``+`` are on no autocast list, so type promotion decides): x and the tables
+    are cast to it (exact: a widening cast), so the kernel computes in the original's precision."""
+    dtype = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
+    x, cos, sin = (t if t.dtype == dtype else t.to(dtype) for t in (x, cos, sin))
     cos, sin = _table(cos), _table(sin)
     if _folds(x, cos, mode):
         return torch_npu.npu_rotary_mul(_fold(x), _fold(cos), _fold(sin), mode).reshape(x.shape)
+    if not any(tuple(cos.shape) in shapes for _, _, shapes in _layouts(x.shape, mode)):  # rotary_fits: _widens
+        cos, sin = cos.expand(x.shape).contiguous(), sin.expand(x.shape).contiguous()
     return torch_npu.npu_rotary_mul(x, cos, sin, mode)
 
 
 # Pair tables: code that keeps one cos and one sin per rotated pair, D/2 wide (torchtune's packed
 # cache, ChatGLM, Meta/Mistral's complex freqs_cis), rather than one per channel as npu_rotary_mul
-# takes them. The per-channel tables are derived once per table tensor and reused while it lives
-# unchanged (its identity, view geometry and version counter: an in-place change derives them
-# again), so a forward pass derives them once, not once per layer, and checks their values once.
-
-
-def _wide_tables(cos, sin, mode, dtype):
-    """Per-channel (cos, sin) tables derived from pair tables, and whether their values lie in
-    [-1, 1]: derived once per pair-table tensor (``_Memo``), on every call where gradients must
-    flow into the tables."""
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
-        return _widen(cos, sin, mode, dtype)
-    return _WIDE_TABLES.get((cos, sin), (mode, dtype), lambda: _widen(cos, sin, mode, dtype))
+# takes them. The per-channel tables are derived from the pair tables' current values on every call
+# (a copy of the tables, S x D, not of the activations): a table kept from an earlier call could be
+# stale, since a buffer changes through ``.data`` or ``load_state_dict`` without a new identity.
 
 
 def _widen(cos, sin, mode, dtype):
-    """(cos, sin, values in [-1, 1]) per channel: 'interleave' repeats each pair's value in place
+    """Per-channel (cos, sin) from pair tables: 'interleave' repeats each pair's value in place
     ([c0, c0, c1, c1, ...]), 'half' repeats the table ([c0, c1, ..., c0, c1, ...])."""
     def wide(t):
         t = t.to(dtype)
         return t.repeat_interleave(2, dim=-1) if mode == "interleave" else torch.cat((t, t), dim=-1)
 
-    cos, sin = wide(cos), wide(sin)
-    with torch.no_grad():
-        unit = bool(((cos.abs() <= 1).all() & (sin.abs() <= 1).all()).item())
-    return cos, sin, unit
-
-
-_WIDE_TABLES = _Memo(size=32)
+    return wide(cos), wide(sin)
 
 
 def _pair_layout(x, cos, sin, mode, paired):
@@ -417,7 +579,7 @@ def _pair_layout(x, cos, sin, mode, paired):
     return x_shape, table_shape, dtype
 
 
-def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=False):
+def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=False, when=True, site=None):
     """True when ``pair_rotary_mul`` computes the pair rotation the original code writes out:
     ``mode`` 'interleave' rotates channels (2i, 2i+1), 'half' channels (i, i + D/2), each pair by
     ``cos[..., i]`` and ``sin[..., i]`` (tables D/2 wide, broadcasting to x without growing it):
@@ -426,22 +588,29 @@ def pair_rotary_fits(x, cos, sin, mode="interleave", *, paired=False, split=Fals
     rotated even channels, then the rotated odd ones (DeepSeek's
     ``cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1)``). x has 3 or more dims as [..., D]; the
     result has the dtype the original's products promote to. Leading dims beyond 4 merge into one
-    where the tables repeat over them (torchtune's tiled vision rotary: [b, tiles, s, n, D])."""
+    where the tables repeat over them (torchtune's tiled vision rotary: [b, tiles, s, n, D]).
+    ``site``: counted there."""
+    return _record(site, _pair_rotary_why(x, cos, sin, mode, paired, split), when=when)
+
+
+def _pair_rotary_why(x, cos, sin, mode, paired, split):
     if split and (mode != "interleave" or paired):
-        return False
+        return "a split rotation in half mode or of paired channels"
     mode = "half" if split else mode  # the even/odd channels put side by side turn as halves
     layout = _pair_layout(x, cos, sin, mode, paired)
-    if layout is None or torch.compiler.is_compiling():  # under torch.compile the table values are unproven
-        return False
+    if layout is None:
+        return "x and the pair tables are not a pair rotation the kernel computes (shape, dtype or device)"
     (b0, b1, b2, d), table, dtype = layout
     x_shape = (b0, b1, b2, d)
     if mode == "interleave" and b0 > 1 and b1 > 1 and table == (b0, b1, 1, d):  # per-batch BS1D: fold B into S
         x_shape, table = (1, b0 * b1, b2, d), (1, b0 * b1, 1, d)
     grads = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
     layouts = [(b, n) for b, n, shapes in _layouts(x_shape, mode) if table in shapes]
-    if not layouts or not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
-        return False
-    return _wide_tables(cos, sin, mode, dtype)[2]
+    if not layouts:
+        return f"tables {table} fit no layout of x {x_shape} ({mode} mode)"
+    if not all(_limits_hold(b, n, mode, grads) for b, n in layouts):
+        return "batch or heads over the kernel's limits"
+    return None
 
 
 def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False):
@@ -449,27 +618,29 @@ def pair_rotary_mul(x, cos, sin, mode="interleave", *, paired=False, split=False
     if split:  # one copy: the even channels, then the odd ones, rotated as halves
         x, mode = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1), "half"
     x_shape, table_shape, dtype = _pair_layout(x, cos, sin, mode, paired)
-    wide_cos, wide_sin, _ = _wide_tables(cos, sin, mode, dtype)
+    wide_cos, wide_sin = _widen(cos, sin, mode, dtype)
     full = x.to(dtype).reshape(x_shape)
     out = rotary_mul(full, wide_cos.reshape(table_shape), wide_sin.reshape(table_shape), mode)
     return out.reshape(x.shape)
 
 
-def rotary_fits_cast(x, dtype, cos, sin, mode="half"):
+def rotary_fits_cast(x, dtype, cos, sin, mode="half", *, when=True, site=None):
     """``rotary_fits`` for x cast to ``dtype`` (code that rotates ``x.float()``), without making the
     cast: only x's shape and device are read."""
     if not torch.is_tensor(x) or not isinstance(dtype, torch.dtype):
-        return False
-    return rotary_fits(torch.empty((), dtype=dtype, device=x.device).expand(x.shape), cos, sin, mode)
+        return _record(site, "x is not a tensor or the cast not to a dtype")
+    return rotary_fits(torch.empty((), dtype=dtype, device=x.device).expand(x.shape), cos, sin, mode, when=when,
+                       site=site)
 
 
-def complex_rotary_fits(x, freqs_cis):
+def complex_rotary_fits(x, freqs_cis, *, when=True, site=None):
     """True when ``complex_rotary_mul(x, freqs_cis)`` computes ``torch.view_as_real(x * freqs_cis)``:
     x (channel pairs as complex numbers, [..., D/2]) and freqs_cis (unit complex numbers,
     ``torch.polar(ones, angles)``) complex64, freqs_cis broadcasting to x without growing it."""
     if not (torch.is_tensor(x) and torch.is_tensor(freqs_cis) and x.dtype == freqs_cis.dtype == torch.complex64):
-        return False
-    return pair_rotary_fits(torch.view_as_real(x), freqs_cis.real, freqs_cis.imag, "interleave", paired=True)
+        return _record(site, "x and freqs_cis are not both complex64 tensors")
+    return pair_rotary_fits(torch.view_as_real(x), freqs_cis.real, freqs_cis.imag, "interleave", paired=True,
+                            when=when, site=site)
 
 
 def complex_rotary_mul(x, freqs_cis):
@@ -491,26 +662,33 @@ def _no_grad_needed(*tensors):
     return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors if t is not None)
 
 
-def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2, *, mixed_dtype=False):
+def rms_norm_fits(x, weight=_NO_WEIGHT, normalized_shape=None, min_dim=2, *, mixed_dtype=False, when=True,
+                  site=None):
     """``npu_rms_norm(x, weight)`` normalises what the original normalises: x is a float tensor of 2 to
     8 dims; weight (left out when the code has none) covers exactly the normalised trailing dims (the
     last one, unless ``normalized_shape`` says more) and has x's dtype, or, with ``mixed_dtype=True``,
     is float32 for a float16/bfloat16 x (the kernel's mixed precision, as under autocast: the site
-    must then use ``rms_norm`` below, which returns the original's dtype)."""
-    if not torch.is_tensor(x) or x.dtype not in _FLOATS or not min_dim <= x.dim() <= 8:
-        return False
+    must then use ``rms_norm`` below, which returns the original's dtype). ``site``: counted there."""
+    return _record(site, _rms_norm_why(x, weight, normalized_shape, min_dim, mixed_dtype), when=when)
+
+
+def _rms_norm_why(x, weight, normalized_shape, min_dim, mixed_dtype):
+    if not torch.is_tensor(x) or x.dtype not in _FLOATS:
+        return "x is not a float16/bfloat16/float32 tensor"
+    if not min_dim <= x.dim() <= 8:
+        return f"x has {x.dim()} dims, not {min_dim} to 8"
     if normalized_shape is not None:
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if not shape or tuple(x.shape[x.dim() - len(shape):]) != shape:
-            return False
+            return f"x {tuple(x.shape)} does not end in the normalised shape {shape}"
     else:
         shape = tuple(x.shape[-1:])
     if weight is _NO_WEIGHT:
-        return True
+        return None
     if not torch.is_tensor(weight) or tuple(weight.shape) != shape:
-        return False
+        return f"the weight is not a tensor of shape {shape}"
     mixed = mixed_dtype and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == torch.float32
-    return weight.dtype == x.dtype or mixed
+    return None if weight.dtype == x.dtype or mixed else f"x, weight dtypes {_names(x, weight)}"
 
 
 def rms_norm(x, weight, epsilon=1e-06, *, dtype=None):
@@ -543,16 +721,21 @@ class RMSNorm(torch.nn.RMSNorm):
         return super().forward(x)
 
 
-def gemma_rms_norm_fits(x, weight):
+def gemma_rms_norm_fits(x, weight, *, when=True, site=None):
     """``npu_gemma_rms_norm`` has no backward on a real NPU: inference only, else as above."""
-    return rms_norm_fits(x, weight, min_dim=1) and _no_grad_needed(x, weight) and x.is_contiguous()
+    why = _rms_norm_why(x, weight, None, 1, False)
+    if why is None and not _no_grad_needed(x, weight):
+        why = "a gradient is needed (npu_gemma_rms_norm has no backward)"
+    if why is None and not x.is_contiguous():
+        why = "x is not contiguous"
+    return _record(site, why, when=when)
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------------
-
-#: ``swiglu_linear`` keeps one concatenated [gate; up] weight per MLP (memory: those weights once
-#: more). Set False to run such sites unfused instead.
-CONCAT_WEIGHTS = True
+# The gate and up projections run as the original runs them (the modules called, or the products
+# made, with the parameters they hold now) and their two outputs are concatenated for the kernel: a
+# copy of the activations per call, never a [gate; up] weight kept between calls (see "Derived
+# state" above: nothing tells when such a copy went stale, and rebuilding it per call costs more).
 
 
 def is_silu(act):
@@ -564,124 +747,73 @@ def is_silu(act):
     return cls.__name__ == "SiLUActivation" and cls.__module__.startswith("transformers.")
 
 
-def _swiglu_input_fits(x):
-    """npu_swiglu takes a contiguous, non-empty float tensor of 1-8 dims with an even last dim."""
-    return (torch.is_tensor(x) and x.dtype in _FLOATS and 1 <= x.dim() <= 8 and x.shape[-1] % 2 == 0
-            and x.numel() > 0 and x.is_contiguous())
+def _swiglu_input_why(x):
+    """Why npu_swiglu does not take ``x`` (a contiguous, non-empty float tensor of 1-8 dims with an
+    even last dim), or None."""
+    if not torch.is_tensor(x) or x.dtype not in _FLOATS or not 1 <= x.dim() <= 8:
+        return "the gate and up values are not a float tensor of 1 to 8 dims"
+    if x.shape[-1] % 2 or x.numel() == 0 or not x.is_contiguous():
+        return "the gate and up values are empty, of odd width or not contiguous"
+    return None
 
 
-def swiglu(act, gate, up):
-    """``act(gate) * up`` with separate gate and up activations (concatenated per call: prefer
-    ``swiglu_linear`` where both come from nn.Linear projections)."""
-    if is_silu(act) and torch.is_tensor(gate) and torch.is_tensor(up) and gate.shape == up.shape and gate.dtype == up.dtype:
-        fused = torch.cat([gate, up], dim=-1)
-        if _swiglu_input_fits(fused):
-            return torch_npu.npu_swiglu(fused, dim=-1)
-    return act(gate) * up
+def _gate_up(gate, up):
+    """(``[gate | up]`` on the last dim, the input of npu_swiglu / npu_geglu, None), or (None, why)
+    when the halves differ in shape or dtype or the result is not a kernel input."""
+    if not (torch.is_tensor(gate) and torch.is_tensor(up)):
+        return None, "the gate and up values are not tensors"
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        return None, f"gate {tuple(gate.shape)} {_names(gate)} and up {tuple(up.shape)} {_names(up)} differ"
+    fused = torch.cat([gate, up], dim=-1)
+    why = _swiglu_input_why(fused)
+    return (fused, None) if why is None else (None, why)
 
 
-def swiglu_halves(act, gate_up):
+_NOT_SILU = "the activation is not SiLU"
+
+
+def swiglu(act, gate, up, *, site=None):
+    """``act(gate) * up`` with separate gate and up activations: npu_swiglu on the two concatenated.
+    ``site``: counted there (as every function below that takes one)."""
+    fused, why = _gate_up(gate, up) if is_silu(act) else (None, _NOT_SILU)
+    return torch_npu.npu_swiglu(fused, dim=-1) if _record(site, why) else act(gate) * up
+
+
+def swiglu_halves(act, gate_up, *, site=None):
     """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` (gate is the first half)."""
-    if is_silu(act) and _swiglu_input_fits(gate_up):
+    if _record(site, _swiglu_input_why(gate_up) if is_silu(act) else _NOT_SILU):
         return torch_npu.npu_swiglu(gate_up, dim=-1)
     gate, up = gate_up.chunk(2, dim=-1)
     return act(gate) * up
 
 
-def _hooks(module):
-    """The hook tables a call of ``module`` runs: its own and the global ones, forward and backward."""
-    glob = torch.nn.modules.module
-    kinds = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
-    return [getattr(module, "_" + kind, {}) for kind in kinds] + [getattr(glob, "_global_" + kind, {}) for kind in kinds]
-
-
-def _plain_linear(module):
-    """``module(x)`` is exactly ``F.linear(x, module.weight, module.bias)``: an nn.Linear whose forward
-    is not overridden, with its own plain parameters (no parametrization, pruning, quantized or
-    inference-mode weights) and no hooks other than observers (hooks marked ``hook.observes_only =
-    True`` change no input, output or gradient; they do not see the fused call)."""
-    if not isinstance(module, torch.nn.Linear) or getattr(module.forward, "__func__", None) is not torch.nn.Linear.forward:
-        return False
-    params = module._parameters
-    weight = params.get("weight")
-    if weight is None or weight is not module.weight or params.get("bias") is not module.bias:
-        return False
-    if not all(type(t) in (torch.nn.Parameter, torch.Tensor) and not t.is_inference() for t in (weight, module.bias) if t is not None):
-        return False
-    return all(getattr(h, "observes_only", False) for hooks in _hooks(module) for h in hooks.values())
-
-
-_concatenated = WeakIdKeyDictionary()  # gate module -> (parameters' state, [gate; up] weight, bias)
-
-
-def _state(t):
-    return None if t is None else (id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape))
-
-
-def _concat(gate, up):
-    """[gate.weight; up.weight] and the biases likewise, built once per parameter version (an
-    optimizer step, ``load_state_dict`` or ``.to()`` rebuilds them)."""
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling():
-        return torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:])
-    state = (id(up), *(_state(t) for t in params))
-    entry = _concatenated.get(gate)
-    if entry is None or entry[0] != state:
-        with torch.no_grad():
-            entry = (state, torch.cat(params[:2]), None if gate.bias is None else torch.cat(params[2:]))
-        _concatenated[gate] = entry
-    return entry[1], entry[2]
-
-
-class _PairedLinear(torch.autograd.Function):
-    """``F.linear(x, [wg; wu], [bg; bu])`` on the cached concatenation, with gradients for the
-    original parameters (rows of the concatenated weight's gradient)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, wg, wu, bg, bu):
-        ctx.save_for_backward(x, weight)
-        ctx.dtypes = (x.dtype, wg.dtype, None if bg is None else bg.dtype)
-        return torch.nn.functional.linear(x, weight, bias)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        rows = grad.reshape(-1, grad.shape[-1])
-        grad_x = (grad @ weight.to(grad.dtype)).to(x_dtype) if ctx.needs_input_grad[0] else None
-        grad_w = (rows.t() @ x.reshape(-1, x.shape[-1]).to(grad.dtype)).to(w_dtype).chunk(2)
-        grad_b = rows.sum(0).to(b_dtype).chunk(2) if b_dtype is not None else (None, None)
-        return grad_x, None, None, *grad_w, *grad_b
-
-
-def swiglu_linear(act, gate, up, x, *, up_first=False):
-    """``act(gate(x)) * up(x)`` for two nn.Linear projections: one matmul against the concatenated
-    [gate; up] weight, whose output is already npu_swiglu's [gate | up] input (no per-call copy of the
-    activations). Gradients reach gate's and up's own parameters. Cost: the concatenation holds both
-    weights once more in memory and is rebuilt whenever they change (in training once per optimizer
-    step: a copy of the weights, not of the activations); ``CONCAT_WEIGHTS = False`` trades the
-    fusion for that memory. Elsewhere the original runs, calling ``up`` first with ``up_first=True``
-    (for ``up(x) * act(gate(x))``: the order matters to modules that draw random numbers)."""
-    fits = (CONCAT_WEIGHTS and is_silu(act) and torch.is_tensor(x) and x.numel() > 0
-            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
-            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
-            and x.shape[-1] == gate.weight.shape[1])
-    if not fits and up_first:
+def _gated(act, gate, up, x, up_first):
+    """The original ``act(gate(x)) * up(x)`` (``up_first``: ``up(x) * act(gate(x))``, up called first)."""
+    if up_first:
         up_out = up(x)
         return act(gate(x)) * up_out
-    if not fits:
-        return act(gate(x)) * up(x)
-    weight, bias = _concat(gate, up)
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling() or _no_grad_needed(*params):
-        gate_up = torch.nn.functional.linear(x, weight, bias)
-    else:
-        gate_up = _PairedLinear.apply(x, weight, bias, *params)
-    if _swiglu_input_fits(gate_up):
-        return torch_npu.npu_swiglu(gate_up, dim=-1)
-    gate_out, up_out = gate_up.chunk(2, dim=-1)
-    return act(gate_out) * up_out
+    return act(gate(x)) * up(x)
+
+
+def _projections(gate, up, x, up_first):
+    """``(gate(x), up(x))`` called in the original's order: an activation that is a pure function (SiLU,
+    GELU) may run after both, nothing else moves."""
+    if up_first:
+        up_out = up(x)
+        return gate(x), up_out
+    return gate(x), up(x)
+
+
+def swiglu_linear(act, gate, up, x, *, up_first=False, site=None):
+    """``act(gate(x)) * up(x)`` for two projection modules: both called as the original calls them
+    (any module: its current weights, hooks, parametrizations and overridden forward all apply),
+    then npu_swiglu on their outputs concatenated. ``up_first``: the original reads ``up(x) *
+    act(gate(x))``, calling ``up`` first (the order matters to modules that draw random numbers).
+    Elsewhere (not SiLU, outputs of other shapes or dtypes) the original runs."""
+    if not is_silu(act):
+        _record(site, _NOT_SILU)
+        return _gated(act, gate, up, x, up_first)
+    return swiglu(act, *_projections(gate, up, x, up_first), site=site)
 
 
 #: transformers' GELU activation classes (``ACT2FN["gelu_new"]``, ...) and the approximation each computes
@@ -702,9 +834,10 @@ def gelu_approximation(act):
     return _GELU_CLASSES.get(cls.__name__) if cls.__module__.startswith("transformers.") else None
 
 
-def is_glu(act):
+def is_glu(act, *, when=True, site=None):
     """Whether ``act`` is an activation of a fused gated-MLP kernel: SiLU (npu_swiglu) or GELU (npu_geglu)."""
-    return is_silu(act) or gelu_approximation(act) is not None
+    glu = is_silu(act) or gelu_approximation(act) is not None
+    return _record(site, None if glu else "the activation is neither SiLU nor GELU", when=when, final=False)
 
 
 def _geglu_first(device):
@@ -721,117 +854,100 @@ def _geglu_first(device):
     return flag
 
 
-def _geglu(gate_up, approximate):
+def _geglu(gate_up, approximate, site):
     """npu_geglu on [gate | up] with the gate activated, or None when it does not apply."""
     mode = _GELU_MODES.get(approximate)
-    if mode is None or not _swiglu_input_fits(gate_up):
+    why = "the activation is not a GELU npu_geglu computes" if mode is None else _swiglu_input_why(gate_up)
+    flag = _geglu_first(gate_up.device) if why is None else None
+    if why is None and flag is None:
+        why = "npu_geglu's activate_left is not known yet under torch.compile"
+    if not _record(site, why):
         return None
-    flag = _geglu_first(gate_up.device)
-    return None if flag is None else torch_npu.npu_geglu(gate_up, dim=-1, approximate=mode, activate_left=flag)[0]
+    return torch_npu.npu_geglu(gate_up, dim=-1, approximate=mode, activate_left=flag)[0]
 
 
 def _gelu(act, approximate):
     return act if act is not None else lambda t: torch.nn.functional.gelu(t, approximate=approximate)
 
 
-def geglu_halves(act, gate_up, approximate=None):
+def geglu_halves(act, gate_up, approximate=None, *, site=None):
     """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` for a GELU ``act`` (``None``: ``F.gelu``
     with ``approximate``) on npu_geglu, the original elsewhere."""
-    fused = _geglu(gate_up, approximate or gelu_approximation(act))
+    fused = _geglu(gate_up, approximate or gelu_approximation(act), site)
     if fused is not None:
         return fused
     gate, up = gate_up.chunk(2, dim=-1)
     return _gelu(act, approximate)(gate) * up
 
 
-def geglu_linear(act, gate, up, x, *, approximate=None, up_first=False):
+def geglu_linear(act, gate, up, x, *, approximate=None, up_first=False, site=None):
     """``act(gate(x)) * up(x)`` for a GELU ``act`` (``None``: ``F.gelu`` with ``approximate``) and two
-    nn.Linear projections: one matmul against the cached [gate; up] weight (as ``swiglu_linear``),
-    then npu_geglu; the original elsewhere."""
+    projection modules called as the original calls them (as ``swiglu_linear``), then npu_geglu on
+    their outputs concatenated; the original elsewhere."""
     approximate = approximate or gelu_approximation(act)
     gelu = _gelu(act, approximate)
-    fits = (CONCAT_WEIGHTS and approximate in _GELU_MODES and torch.is_tensor(x) and x.numel() > 0
-            and _plain_linear(gate) and _plain_linear(up) and gate.weight.shape == up.weight.shape
-            and gate.weight.dtype == up.weight.dtype and (gate.bias is None) == (up.bias is None)
-            and x.shape[-1] == gate.weight.shape[1] and _geglu_first(x.device) is not None)
-    if not fits and up_first:
-        up_out = up(x)
-        return gelu(gate(x)) * up_out
-    if not fits:
-        return gelu(gate(x)) * up(x)
-    weight, bias = _concat(gate, up)
-    params = (gate.weight, up.weight, gate.bias, up.bias)
-    if _compiling() or _no_grad_needed(*params):
-        gate_up = torch.nn.functional.linear(x, weight, bias)
-    else:
-        gate_up = _PairedLinear.apply(x, weight, bias, *params)
-    fused = _geglu(gate_up, approximate)
-    if fused is not None:
-        return fused
-    gate_out, up_out = gate_up.chunk(2, dim=-1)
-    return gelu(gate_out) * up_out
+    if approximate not in _GELU_MODES:
+        _record(site, "the activation is not a GELU npu_geglu computes")
+        return _gated(gelu, gate, up, x, up_first)
+    gate_out, up_out = _projections(gate, up, x, up_first)
+    gate_up, why = _gate_up(gate_out, up_out)
+    if why is not None:
+        _record(site, why)
+    fused = _geglu(gate_up, approximate, site) if why is None else None
+    return fused if fused is not None else gelu(gate_out) * up_out
 
 
-def glu_halves(act, gate_up):
+def glu_halves(act, gate_up, *, site=None):
     """``swiglu_halves`` or ``geglu_halves`` for an activation known only at run time (``ACT2FN[...]``)."""
     if gelu_approximation(act) is not None:
-        return geglu_halves(act, gate_up)
-    return swiglu_halves(act, gate_up)
+        return geglu_halves(act, gate_up, site=site)
+    return swiglu_halves(act, gate_up, site=site)
 
 
-def glu_linear(act, gate, up, x, *, up_first=False):
+def glu_linear(act, gate, up, x, *, up_first=False, site=None):
     """``swiglu_linear`` or ``geglu_linear`` for an activation known only at run time (``ACT2FN[...]``)."""
     if gelu_approximation(act) is not None:
-        return geglu_linear(act, gate, up, x, up_first=up_first)
-    return swiglu_linear(act, gate, up, x, up_first=up_first)
+        return geglu_linear(act, gate, up, x, up_first=up_first, site=site)
+    return swiglu_linear(act, gate, up, x, up_first=up_first, site=site)
 
 
-_stacked = _Memo(size=256)  # swiglu_stacked's [gate | up] weights, per weight version (one per expert)
-
-
-def swiglu_stacked(act, x, gate_weight, up_weight, *, equation=None, dim=-1, up_first=False):
+def swiglu_stacked(act, x, gate_weight, up_weight, *, equation=None, up_first=False, site=None):
     """``act(p(x, gate_weight)) * p(x, up_weight)`` where ``p`` is ``torch.einsum(equation, ...)`` or,
-    without an equation, ``torch.matmul``: one product against the two weights concatenated along
-    ``dim`` (the weight axis that becomes the output's last; built once per weight version), whose
-    output is npu_swiglu's [gate | up] input. Inference only (the weights must not need gradients);
-    elsewhere the original runs."""
+    without an equation, ``torch.matmul`` (expert MLPs): ``swiglu_linear`` with the two products as
+    the projections, made with the weights as they are now (training too: every op on the way is
+    differentiable)."""
     product = (lambda a, w: torch.einsum(equation, a, w)) if equation else torch.matmul
-    fits = (CONCAT_WEIGHTS and is_silu(act) and not _compiling() and torch.is_tensor(x)
-            and torch.is_tensor(gate_weight) and torch.is_tensor(up_weight) and gate_weight.shape == up_weight.shape
-            and gate_weight.dtype == up_weight.dtype and _versioned(gate_weight) and _versioned(up_weight)
-            and _no_grad_needed(gate_weight, up_weight))
-    if fits:
-        weight = _stacked.get((gate_weight, up_weight), ("stack", dim), lambda: torch.cat((gate_weight, up_weight), dim=dim))
-        gate_up = product(x, weight)
-        if _swiglu_input_fits(gate_up):
-            return torch_npu.npu_swiglu(gate_up, dim=-1)
-    if up_first:
-        up_out = product(x, up_weight)
-        return act(product(x, gate_weight)) * up_out
-    return act(product(x, gate_weight)) * product(x, up_weight)
+    return swiglu_linear(act, lambda t: product(t, gate_weight), lambda t: product(t, up_weight), x, up_first=up_first,
+                         site=site)
 
 
 # -- MoE gating ---------------------------------------------------------------------------------------
 
 
-def moe_gating_fits(logits, k, dim=-1):
+def moe_gating_fits(logits, k, dim=-1, *, when=True, site=None):
     """``npu_moe_gating_top_k_softmax(logits, None, k)`` computes ``topk(softmax(logits, dim), k)``:
     softmax over the last dim of a 2-D/3-D float tensor, 0 < k <= min(experts, 1024), and no
     gradient needed (the kernel has no backward on a real NPU: routers in training keep the
-    original code)."""
+    original code). ``site``: counted there."""
+    return _record(site, _moe_gating_why(logits, k, dim), when=when)
+
+
+def _moe_gating_why(logits, k, dim):
     if not torch.is_tensor(logits) or logits.dtype not in _FLOATS or logits.dim() not in (2, 3):
-        return False
+        return "the logits are not a 2-D/3-D float tensor"
     if dim not in (-1, logits.dim() - 1):
-        return False
+        return "the softmax is not over the last dim"
     if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= min(logits.shape[-1], 1024):
-        return False
-    return _no_grad_needed(logits)
+        return f"k={k!r} is not an int in 1..min(experts, 1024)"
+    return None if _no_grad_needed(logits) else "a gradient is needed (the kernel has no backward)"
 
 
-def moe_softmax_v2_fits(logits, k, dim=-1):
+def moe_softmax_v2_fits(logits, k, dim=-1, *, when=True, site=None):
     """``moe_gating_fits`` for ``npu_moe_gating_top_k_softmax_v2``, which older torch_npu releases lack
     (the original code runs there)."""
-    return hasattr(torch_npu, "npu_moe_gating_top_k_softmax_v2") and moe_gating_fits(logits, k, dim)
+    if not hasattr(torch_npu, "npu_moe_gating_top_k_softmax_v2"):
+        return _record(site, "this torch_npu has no npu_moe_gating_top_k_softmax_v2")
+    return moe_gating_fits(logits, k, dim, when=when, site=site)
 
 
 #: npu_moe_gating_top_k's limits (aclnnMoeGatingTopK): at most 2048 experts, also once each group is
@@ -846,7 +962,8 @@ def _int(value):
 
 
 def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size=None, group_top=1, experts=None,
-                   routed_scaling_factor=1.0, zero_filled=False, norm_out=False, dtype=None):
+                   routed_scaling_factor=1.0, zero_filled=False, norm_out=False, dtype=None, when=True,
+                   site=None):
     """``npu_moe_gating_top_k(logits, k, bias=..., k_group=..., group_count=...)`` computes what the
     original router does: 2-D float logits [tokens, E] with E <= 2048 (``experts``: the original
     views its scores as [-1, experts] first), E split into ``group_count`` groups of ``group_size``
@@ -856,31 +973,37 @@ def moe_top_k_fits(logits, k, *, bias=None, k_group=1, group_count=1, group_size
     call casts the bias to it, as ``scores + bias`` promotes it), a Python number as scaling factor. ``zero_filled``: the original masks the experts of the
     dropped groups to 0, not -inf, which only agrees when no kept expert scores below 0 (checked once
     per bias tensor). ``norm_out``: the original reads the scores afterwards; the kernel returns them
-    without a gradient, so then nothing may need one."""
+    without a gradient, so then nothing may need one. ``site``: counted there."""
+    return _record(site, _moe_top_k_why(logits, k, bias, k_group, group_count, group_size, group_top, experts,
+                                        routed_scaling_factor, zero_filled, norm_out, dtype), when=when)
+
+
+def _moe_top_k_why(logits, k, bias, k_group, group_count, group_size, group_top, experts, routed_scaling_factor,
+                   zero_filled, norm_out, dtype):
     if not hasattr(torch_npu, "npu_moe_gating_top_k"):  # older torch_npu releases lack it
-        return False
+        return "this torch_npu has no npu_moe_gating_top_k"
     if not torch.is_tensor(logits) or logits.dtype not in _FLOATS or logits.dim() != 2:
-        return False
+        return "the logits are not a 2-D float tensor"
     num = logits.shape[-1]
     if experts is not None and experts != num or not _int(group_count) or group_count < 1 or num % group_count:
-        return False
+        return f"{num} experts do not split into {group_count!r} groups (or the view's {experts!r})"
     per_group = num // group_count
     if group_size is not None and group_size not in (-1, per_group) or group_top not in _GROUP_MODES:
-        return False
+        return "the group size or the group score is not one the kernel takes"
     if group_count > 1 and per_group <= _GROUP_MODES[group_top]:
-        return False
+        return "groups too small for their score"
     if -(-per_group // 32) * 32 * group_count > MOE_MAX_EXPERTS or num > MOE_MAX_EXPERTS:
-        return False
+        return f"over the kernel's {MOE_MAX_EXPERTS} experts"
     if not (_int(k_group) and 1 <= k_group <= group_count and _int(k) and 1 <= k <= per_group * k_group):
-        return False
+        return f"k={k!r} or k_group={k_group!r} out of range"
     if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
-        return False
+        return "the scaling factor is not a Python number"
     want = dtype or logits.dtype  # the bias is cast to it: exact when the scores' dtype holds the bias's
     if bias is not None and not (torch.is_tensor(bias) and tuple(bias.shape) == (num,) and bias.dtype in _FLOATS
                                  and torch.promote_types(bias.dtype, want) == want and bias.device == logits.device):
-        return False
+        return "the bias is not a float tensor [experts] the scores' dtype holds"
     if norm_out and not _no_grad_needed(logits):
-        return False
+        return "the scores are read afterwards and need a gradient"
     if zero_filled and bias is not None:
-        return _holds((bias,), {"nonnegative": lambda: (bias >= 0).all()})
-    return True
+        return _failed((bias,), {"a bias is negative (the dropped groups are filled with 0)": lambda: (bias >= 0).all()})
+    return None

@@ -9,7 +9,9 @@ directory at a time with ``O_NOFOLLOW``, relative to the parent's descriptor, so
 anywhere inside the output (``out/pkg -> /etc``) is refused instead of followed; the final rename
 replaces a link that sits where a file goes by the file itself (``rename`` never follows). The
 temporary file can live in a separate staging directory on the same file system (the in-place
-journal's), so an interrupted in-place run leaves no temporary file inside PATH.
+journal's, or one at the top of the output tree), so an interrupted run leaves its temporary files
+in one place, which the next run clears; where a file is staged beside its target, the temporary
+name is unique to the run (its pid and a random token), so two runs never write one temporary file.
 """
 
 from __future__ import annotations
@@ -57,11 +59,14 @@ def link_atomic(path: Path, target: str) -> None:
     """Make ``path`` a symbolic link to ``target``, replacing what was there."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.link.tmp"
-    with suppress(FileNotFoundError):
-        os.unlink(tmp)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.link.tmp"
     os.symlink(target, tmp)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class LinkInPath(OSError):
@@ -74,6 +79,7 @@ class OutputDir:
     def __init__(self, root: Path, *, durable: bool = True, staging: Optional[Path] = None) -> None:
         self.root = Path(root)
         self.durable = durable
+        self.token = f"{os.getpid()}-{secrets.token_hex(4)}"  # this writer's temporary names
         self.root.mkdir(parents=True, exist_ok=True)
         self._dirs: Dict[str, int] = {"": os.open(self.root, _DIR_FLAGS)}
         self._staging: Optional[int] = None
@@ -118,18 +124,15 @@ class OutputDir:
         return fd
 
     def temp_name(self, name: str) -> str:
-        """Where a file's temporary copy goes when it is staged beside the target."""
-        return f".{name}.npu-migrate.tmp"
+        """Where a file's temporary copy goes when it is staged beside the target (unique to this writer)."""
+        return f".{name}.{self.token}.npu-migrate.tmp"
 
     def write(self, rel: str, data: bytes, mode: Optional[int] = None) -> None:
         """Replace ``root/rel`` by a file holding ``data`` (a link there is replaced, never followed)."""
         rel_dir, _, name = rel.rpartition("/")
         dir_fd = self._dir(rel_dir)
-        stage_fd, tmp = (self._staging, f"{secrets.token_hex(8)}.tmp") if self._staging is not None \
+        stage_fd, tmp = (self._staging, f"{self.token}-{secrets.token_hex(8)}.tmp") if self._staging is not None \
             else (dir_fd, self.temp_name(name))
-        if stage_fd == dir_fd:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dir_fd)  # left by an earlier interrupted run
         fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=stage_fd)
         try:
             try:
@@ -155,10 +158,13 @@ class OutputDir:
         rel_dir, _, name = rel.rpartition("/")
         dir_fd = self._dir(rel_dir)
         tmp = self.temp_name(name)
-        with suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
         os.symlink(target, tmp, dir_fd=dir_fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
 
     def remove(self, rel: str) -> None:
         """Delete ``root/rel`` (a file this tool wrote; used when an in-place run is reverted)."""

@@ -3,8 +3,11 @@
 Generated: the heading ``# CODE: summary`` (every code), and for a rule code the ``## Example``
 section (its declared example fixture: a rewrite's first changed hunk of ``input.py`` →
 ``expected.py`` as before/after, a report's input lines at the finding and its message) and the
-``## Op-table records`` section (the records whose ``code:`` is the code). The other sections are
-written by hand and kept as they are; a tool code's Example is hand-written too (it has no fixture).
+``## Op-table records`` section (the records whose ``code:`` is the code: op records, package,
+index and environment records). A dependency or launcher file's code takes its example from
+``fixtures/files/<CODE>_<slug>/`` (``input/<file>`` → ``expected/<file>``, in the file's own
+language). The other sections are written by hand and kept as they are; a tool code's Example is
+hand-written too (it has no fixture).
 
 The pages are package data and the installed tool has no fixtures, so this is a dev-time step:
 ``python -m npu_migrate.migrate.outputs.doc_pages --write`` rewrites the pages in place,
@@ -35,10 +38,19 @@ def op_table_keys(table=None) -> Dict[str, Tuple[str, ...]]:
     """code → the api keys of the op-table records whose ``code:`` it is (residual.yaml's too)."""
     from npu_migrate.opmap import load_table
 
+    table = table or load_table()
     keys: Dict[str, List[str]] = {}
-    for record in (table or load_table()).records():
+    for record in table.records():
         if record.code:
             keys.setdefault(record.code, []).append(record.api)
+    for package in table.packages():
+        if package.code:
+            local = f"+{package.local}" if package.local else ""
+            keys.setdefault(package.code, []).append(f"package:{package.package}{local}")
+    for index in table.indexes():
+        keys.setdefault(index.code, []).append(f"index:{index.index}")
+    for env in table.environment_records():
+        keys.setdefault(env.code, []).append(f"{env.kind}:{env.name}" + (f"={env.value}" if env.value else ""))
     return {code: tuple(sorted(set(apis))) for code, apis in keys.items()}
 
 
@@ -47,8 +59,8 @@ def _inline(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
-def _block(lines: Sequence[str]) -> str:
-    return "```python\n" + "\n".join(lines) + "\n```"
+def _block(lines: Sequence[str], language: str = "python") -> str:
+    return f"```{language}\n" + "\n".join(lines) + "\n```"
 
 
 def _dedented(*groups: Sequence[str]) -> List[List[str]]:
@@ -109,8 +121,39 @@ def _around(source: List[str], line: int) -> List[str]:
     return shown
 
 
+def _file_finding(example: Path, code: str) -> Tuple[str, int, str]:
+    """The first finding of ``code`` in a file fixture's diagnostics.txt: (path, line, the line)."""
+    for line in (example / "diagnostics.txt").read_text(encoding="utf-8").splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) >= 2 and parts[1] == code:
+            path, number = parts[0].split(":")[:2]
+            return path, int(number), line.strip()
+    raise ValueError(f"{example}/diagnostics.txt has no {code} finding (the declared example must show the code)")
+
+
+def file_example_section(declared: DiagnosticCode, fixtures: Path) -> str:
+    """The ``## Example`` of a dependency or launcher file's code (``fixtures/files/<CODE>_<slug>/``)."""
+    from npu_migrate.migrate.files.kinds import kind_of
+
+    example = fixtures / declared.example_dir
+    path, line, finding = _file_finding(example, declared.code)
+    kind = kind_of(path)
+    language = kind.language if kind is not None else "python"
+    source = (example / "input" / path).read_text(encoding="utf-8").splitlines()
+    where = f"`fixtures/{declared.fixtures}/{declared.example_dir}` (`{path}`)"
+    if declared.rewrites:
+        expected = (example / "expected" / path).read_text(encoding="utf-8").splitlines()
+        old, new = _dedented(*_first_hunk(source, expected))
+        return (f"From {where}, the first change. Before:\n\n{_block(old, language)}\n\nAfter:\n\n"
+                f"{_block(new, language)}\n\nThe finding: {_inline(finding)}")
+    (shown,) = _dedented(_around(source, line))
+    return f"From {where}:\n\n{_block(shown, language)}\n\nis reported: {_inline(finding)}"
+
+
 def example_section(declared: DiagnosticCode, fixtures: Path = FIXTURES) -> str:
     """The ``## Example`` section's text for a rule code, from its declared example fixture."""
+    if declared.fixtures != FIXTURES.name:
+        return file_example_section(declared, fixtures.parent / declared.fixtures)
     example = fixtures / declared.example_dir
     source = (example / "input.py").read_text(encoding="utf-8").splitlines()
     line, finding = _finding(example, declared.code)

@@ -10,6 +10,7 @@ and ``\\ No newline at end of file`` markers.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
@@ -36,6 +37,7 @@ class Hunk:
     new_start: int
     new_count: int
     lines: List[DiffLine] = field(default_factory=list)
+    _changes: Optional[list] = field(default=None, repr=False, compare=False)
 
     @property
     def header(self) -> str:
@@ -46,7 +48,12 @@ class Hunk:
         return self.old_start <= old_line < self.old_start + max(self.old_count, 1)
 
     def changes(self) -> List[Tuple[int, List[DiffLine], List[DiffLine]]]:
-        """The runs of removed/added lines: (first old line they replace, removed, added)."""
+        """The runs of removed/added lines: (first old line they replace, removed, added); made once."""
+        if self._changes is None:
+            self._changes = self._runs()
+        return self._changes
+
+    def _runs(self) -> List[Tuple[int, List[DiffLine], List[DiffLine]]]:
         groups: List[Tuple[int, List[DiffLine], List[DiffLine]]] = []
         next_old = self.old_start if self.old_count else self.old_start + 1
         removed: List[DiffLine] = []
@@ -74,9 +81,14 @@ class FileDiff:
     new_file: bool = False
     hunks: List[Hunk] = field(default_factory=list)
     vendored_lines: Optional[int] = None  # a new vendored helper, summarised: its line count, no hunks
+    _starts: Optional[List[int]] = field(default=None, repr=False, compare=False)
 
     def hunks_at(self, old_line: int) -> List[Hunk]:
-        return [h for h in self.hunks if h.covers(old_line)]
+        """The hunks that hold ``old_line`` (found by bisection: hunks are in order and disjoint)."""
+        starts = [h.old_start for h in self.hunks] if self._starts is None else self._starts
+        self._starts = starts
+        at = bisect_right(starts, old_line) - 1
+        return [h for h in self.hunks[max(at - 1, 0):at + 2] if h.covers(old_line)]
 
 
 def parse_patch(text: str, vendored: Callable[[str], bool] = lambda path: False) -> List[FileDiff]:

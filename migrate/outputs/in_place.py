@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 from npu_migrate.migrate.discovery import git_toplevel, relative_dir
 from npu_migrate.migrate.outputs.atomic import OutputDir
 from npu_migrate.migrate.outputs.changes import Change
-from npu_migrate.migrate.outputs.journal import Journal, JournalError, journal_dir
+from npu_migrate.migrate.outputs.journal import (ANALYSING, DONE, REVERTED, WRITING, Journal, JournalError,
+                                                  describe_run, journal_dir)
 from npu_migrate.migrate.runner import WriteOutcome
 
 
@@ -54,7 +55,7 @@ def _why_unsafe(root: Path, exclude: Sequence[Path]) -> Optional[str]:
 
 
 def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_dir: Path,
-                   outcome: Optional[WriteOutcome] = None) -> WriteOutcome:
+                   outcome: Optional[WriteOutcome] = None, run: Optional[dict] = None) -> WriteOutcome:
     """Write each change into ``root`` through the journal in ``journal_dir`` (outside PATH).
 
     With ``backup``, a file that is modified first gets a ``<file>.orig`` copy (an existing one is
@@ -66,7 +67,7 @@ def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_
     for change in sorted(changes, key=lambda c: not c.helper):  # helpers first: nothing imports a missing one
         old = change.old.encode("utf-8") if change.old is not None else None
         contents.append((change.path, old, change.new.encode("utf-8")))
-    journal = Journal.create(journal_dir, root, contents)
+    journal = Journal.create(journal_dir, root, contents, run)
     outcome = outcome if outcome is not None else WriteOutcome(str(root))
     outcome.journal = str(journal.directory)
     if backup:
@@ -75,10 +76,10 @@ def write_in_place(root: Path, changes: Sequence[Change], backup: bool, journal_
         except OSError as exc:  # no file is migrated without its backup
             why = f"not written: a backup could not be written ({exc.filename}: [Errno {exc.errno}] {exc.strerror})"
             outcome.failed.update((path, why) for path, _, _ in contents)
-            journal.save("reverted")
+            journal.save(REVERTED)
             return outcome
     journal.apply(True, outcome)
-    journal.save("done" if outcome.complete else "writing")
+    journal.save(DONE if outcome.complete else WRITING)
     return outcome
 
 
@@ -91,15 +92,25 @@ def _back_up(root: Path, contents, journal: Journal, outcome: WriteOutcome) -> N
                 outcome.backups.append(saved)
 
 
+def begin_in_place(report_dir: Path, root: Path, run: dict) -> Journal:
+    """Make the journal in ``report_dir`` this run's (see ``migrate.outputs.journal``)."""
+    return Journal.begin(journal_dir(report_dir), Path(root).resolve(), run)
+
+
 def finish_journal(report_dir: Path, root: Path, forward: bool) -> WriteOutcome:
-    """``--resume`` (forward) or ``--revert`` an in-place run from its journal."""
+    """``--resume`` (forward) or ``--revert`` the in-place run of the journal: the latest one."""
     journal = Journal.load(journal_dir(report_dir))
     if journal is None:
         raise JournalError(f"no in-place journal in {journal_dir(report_dir)}")
     if journal.root.resolve() != Path(root).resolve():
         raise JournalError(f"the journal in {journal.directory} is for {journal.root}, not {root}")
+    if journal.state == ANALYSING:
+        raise JournalError(
+            f"nothing to {'finish' if forward else 'undo'}: the latest in-place run on {journal.root}, "
+            f"{describe_run(journal.run)}, stopped before it wrote any file; the runs before it are not in the "
+            f"journal (undo those with git). Run `migrate run {journal.root} --in-place` again to migrate.")
     outcome = journal.apply(forward, WriteOutcome(str(root), journal=str(journal.directory)))
-    journal.save(("done" if forward else "reverted") if outcome.complete else "writing")
+    journal.save((DONE if forward else REVERTED) if outcome.complete else WRITING)
     return outcome
 
 
@@ -109,7 +120,7 @@ def unfinished_journal(report_dir: Path) -> Optional[str]:
         journal = Journal.load(journal_dir(report_dir))
     except JournalError as exc:
         return str(exc)
-    if journal is None or journal.state != "writing":
+    if journal is None or journal.state != WRITING:
         return None
-    return (f"an earlier --in-place run on {journal.root} did not finish (journal {journal.directory}); "
-            "pass --resume to finish it or --revert to undo it")
+    return (f"an earlier --in-place run on {journal.root}, {describe_run(journal.run)}, did not finish "
+            f"(journal {journal.directory}); pass --resume to finish it or --revert to undo it")

@@ -9,26 +9,50 @@ state ``writing`` means the run stopped half way (Ctrl-C, a full disk, a crash):
 PATH --in-place --resume`` writes what is missing, ``--revert`` puts every original back. Both
 touch only files whose bytes are still those the journal knows (the original or the new text),
 so an edit made since is never overwritten.
+
+The journal names its run (an id, the pid, the start time and the command): an in-place run, once
+it holds its locks, replaces the previous journal by one of its own in state ``analysing`` before
+it reads a file, so the journal always belongs to the latest run. A run killed before it wrote
+anything leaves that state behind: ``--resume`` and ``--revert`` then refuse (there is nothing of
+that run to finish or undo, and the run before it is history, never undone by mistake).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import sys
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from npu_migrate.migrate.outputs.atomic import FATAL_ERRNOS, OutputDir, write_atomic
 from npu_migrate.migrate.runner import WriteOutcome
 
 FORMAT = "npu-migrate-journal"
-VERSION = 1
+VERSION = 2  # 2: the run is named; version 1 journals (no run) are still read
 JOURNAL_DIR = "in-place-journal"
+ANALYSING, WRITING, DONE, REVERTED = "analysing", "writing", "done", "reverted"
 
 
 class JournalError(Exception):
     """A journal that cannot be used (missing, foreign, for another PATH)."""
+
+
+def run_identity() -> Dict[str, object]:
+    """What names this run in its journal: a fresh id, the pid, the start time and the command."""
+    started = datetime.now().isoformat(sep=" ", timespec="seconds")
+    return {"id": uuid.uuid4().hex, "pid": os.getpid(), "started": started, "command": " ".join(sys.argv)}
+
+
+def describe_run(run: Optional[Dict[str, object]]) -> str:
+    if not run:
+        return "a run of an earlier npu-migrate version"
+    return f"the run started {run.get('started')} (pid {run.get('pid')}: {run.get('command')})"
 
 
 def digest(data: Optional[bytes]) -> Optional[str]:
@@ -43,8 +67,10 @@ class Entry:
 
 
 class Journal:
-    def __init__(self, directory: Path, root: Path, entries: List[Entry], state: str) -> None:
+    def __init__(self, directory: Path, root: Path, entries: List[Entry], state: str,
+                 run: Optional[Dict[str, object]] = None) -> None:
         self.directory, self.root, self.entries, self.state = Path(directory), Path(root), entries, state
+        self.run = run
 
     # -- storage ----------------------------------------------------------------------------------
     @property
@@ -64,12 +90,25 @@ class Journal:
 
     def save(self, state: str) -> None:
         self.state = state
-        body = {"format": FORMAT, "version": VERSION, "root": str(self.root), "state": state,
+        body = {"format": FORMAT, "version": VERSION, "root": str(self.root), "state": state, "run": self.run,
                 "entries": [{"path": e.path, "old": e.old, "new": e.new} for e in self.entries]}
         write_atomic(self.directory / "journal.json", (json.dumps(body, indent=1) + "\n").encode("utf-8"))
 
     @classmethod
-    def create(cls, directory: Path, root: Path, contents: List[tuple]) -> "Journal":
+    def begin(cls, directory: Path, root: Path, run: Dict[str, object]) -> "Journal":
+        """The journal of a run that starts: the previous one (finished: ``unfinished`` refused any
+        other) and its blobs are replaced by an empty journal of ``run`` in state ``analysing``."""
+        directory = Path(directory)
+        for leftover in ("blobs", "staging"):
+            if (directory / leftover).is_dir() and not (directory / leftover).is_symlink():
+                shutil.rmtree(directory / leftover)
+        journal = cls(directory, root, [], ANALYSING, run)
+        journal.save(ANALYSING)
+        return journal
+
+    @classmethod
+    def create(cls, directory: Path, root: Path, contents: List[tuple],
+               run: Optional[Dict[str, object]] = None) -> "Journal":
         """A journal for ``contents`` = [(path, old bytes or None, new bytes)], in state ``writing``."""
         entries = []
         for path, old, new in contents:
@@ -77,8 +116,8 @@ class Journal:
                 if data is not None and not cls._exists(directory, digest(data)):
                     write_atomic(Path(directory) / "blobs" / digest(data), data, 0o600)
             entries.append(Entry(path, digest(old), digest(new)))
-        journal = cls(directory, root, entries, "writing")
-        journal.save("writing")
+        journal = cls(directory, root, entries, WRITING, run)
+        journal.save(WRITING)
         return journal
 
     @staticmethod
@@ -93,10 +132,13 @@ class Journal:
             return None
         try:
             body = json.loads(path.read_text(encoding="utf-8"))
-            if body.get("format") != FORMAT or body.get("version") != VERSION:
+            if body.get("format") != FORMAT or body.get("version") not in (1, VERSION):
                 raise JournalError(f"{path} is not an npu-migrate journal of version {VERSION}")
             entries = [Entry(e["path"], e["old"], e["new"]) for e in body["entries"]]
-            return cls(directory, Path(body["root"]), entries, body["state"])
+            run = body.get("run")
+            if run is not None and not isinstance(run, dict):
+                raise JournalError(f"{path} cannot be read: 'run' is not a mapping")
+            return cls(directory, Path(body["root"]), entries, body["state"], run)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise JournalError(f"{path} cannot be read: {exc}") from exc
 

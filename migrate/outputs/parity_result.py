@@ -1,13 +1,14 @@
 """A ``migrate parity --json`` result as the reports show it: one row per case, the same figures on
 report.html, in report.md and (from the same tensors) in the terminal's table: outputs, gradients
-(the loss and the parameters' gradients) and the outputs after an optimizer step, each counted apart."""
+(the losses and the parameters' gradients), the outputs after the optimizer steps and the outputs after
+the state changes, each counted apart."""
 
 from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-COLUMNS = ("case", "dtype", "result", "outputs", "gradients", "after step", "first divergent module",
-           "CPU fallback ops", "problems")
+COLUMNS = ("case", "dtype", "result", "outputs", "gradients", "after step", "state changes",
+           "first divergent module", "CPU fallback ops", "problems")
 
 
 def metric(tensors: List[dict]) -> str:
@@ -32,6 +33,7 @@ def rows(parity: Optional[dict]) -> List[Dict[str, str]]:
             "result": "PASS" if case.get("passed") else "FAIL",
             "outputs": metric(case.get("outputs", [])), "gradients": metric(case.get("gradients", [])),
             "after step": metric(case.get("after_step", [])),
+            "state changes": metric(case.get("after_change", [])),
             "first divergent module": str(divergent.get("module", "-")),
             "CPU fallback ops": fallback or "none",
             "problems": "; ".join([*case.get("errors", []), *case.get("weight_problems", [])]),
@@ -42,4 +44,29 @@ def rows(parity: Optional[dict]) -> List[Dict[str, str]]:
 def verdict(parity: dict) -> str:
     cases = parity.get("cases", [])
     passed = sum(1 for c in cases if c.get("passed"))
-    return f"{'passed' if parity.get('passed') else 'FAILED'}: {passed}/{len(cases)} case(s) passed"
+    text = f"{'passed' if parity.get('passed') else 'FAILED'}: {passed}/{len(cases)} case(s) passed"
+    unproven = [s for s in parity.get("sites", []) if s.get("status") == "not proven"]
+    return text + (f"; NOT PROVEN: {len(unproven)} numerics-changing site(s) never ran fused" if unproven else "")
+
+
+def run_labels(parity: Optional[dict]) -> List[str]:
+    """The runs of the per-site table: ``case [dtype]``."""
+    return [f"{c.get('name')} [{c.get('dtype')}]" for c in (parity or {}).get("cases", [])]
+
+
+def ran(counts: dict) -> str:
+    """``ran n/m`` at a site in one run, with the commonest fallback reason; ``not reached``."""
+    calls, fused = counts.get("calls", 0), counts.get("fused", 0)
+    if not calls:
+        return "not reached"
+    fallbacks = counts.get("fallbacks") or {}
+    why = f"; fell back {max(fallbacks.values())}x: {max(fallbacks, key=fallbacks.get)}" if fallbacks else ""
+    return f"ran {fused}/{calls}{why}"
+
+
+def site_rows(parity: Optional[dict]) -> List[Dict[str, str]]:
+    """One dict per rewritten site: ``site``, ``status`` and one key per run label (``ran n/m`` or why not)."""
+    labels = run_labels(parity)
+    return [{"site": str(s.get("site")), "status": str(s.get("status")),
+             **{label: ran((s.get("runs") or {}).get(label, {})) for label in labels}}
+            for s in (parity or {}).get("sites", [])]

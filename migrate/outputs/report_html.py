@@ -2,8 +2,10 @@
 
 Rendered from the report.json dict, the parsed ``changes.patch`` and, when given, the JSON of
 ``migrate parity --json``: the summary (the same counts as report.json), the parity result, the
-sites that need attention with their plans, then per file its diff with each finding beside the
-line it is about (findings on lines outside the diff are listed above it with their source line).
+sites that need attention with their plans, the dependencies and environment (the compatibility
+matrix of the declared packages, the launcher settings found), then per file its diff with each
+finding beside the line it is about (findings on lines outside the diff are listed above it with
+their source line).
 Filters by code, action, plan and safety hide and show the findings (``static/report.js``);
 the page is complete without JavaScript.
 """
@@ -59,10 +61,46 @@ def _finding(f: dict, summaries: Dict[str, str], tag: str = "div") -> str:
     return f'<{tag} class="finding" {data}>{" ".join(parts)}</{tag}>'
 
 
+def _dependency_cards(s: dict) -> list:
+    if "packages_by_status" not in s:  # a schema-2 report
+        return []
+    kinds = s.get("files_by_kind", {})
+    flagged = s["packages_by_status"]["replace"] + s["packages_by_status"]["unsupported"]
+    return [("dependency/launcher files scanned", s["files_scanned"] - kinds.get("python", 0), ""),
+            ("packages declared", s["packages_declared"], ""),
+            ("packages to replace or drop", flagged, "warn" if flagged else ""),
+            ("launcher settings", s["environment_sites"], "")]
+
+
+def _dependencies(report: dict) -> str:
+    """The package compatibility matrix and the launcher settings found."""
+    section = report.get("dependencies") or {}
+    packages, environment = section.get("packages", []), section.get("environment", [])
+    if not (packages or environment):
+        return ""
+    parts = [f'<section id="dependencies"><h2>Dependencies and environment</h2>']
+    if packages:
+        head = "".join(f"<th>{h}</th>" for h in ("package", "status", "declared in", "replacement", "codes"))
+        rows = "".join(
+            f'<tr class="{_e(row["status"])}"><td><code>{_e(row["name"])}</code></td><td>{_e(row["status"])}</td>'
+            f'<td>{"<br>".join(_e(d["path"]) + ":" + str(d["line"]) + " <code>" + _e(d["spec"]) + "</code>" for d in row["declared"])}</td>'
+            f'<td>{_e(row["replacement"])}</td><td>{_e(", ".join(row["codes"]))}</td></tr>' for row in packages)
+        parts.append(f'<table class="packages"><tr>{head}</tr>{rows}</table>')
+    if environment:
+        head = "".join(f"<th>{h}</th>" for h in ("setting", "where", "action", "becomes", "code"))
+        rows = "".join(f'<tr><td><code>{_e(e["name"])}</code></td><td>{_e(e["path"])}:{e["line"]}</td>'
+                       f'<td>{_e(e["action"])}</td><td><code>{_e(e["target"])}</code></td><td>{_e(e["code"])}</td></tr>'
+                       for e in environment)
+        parts.append(f'<table class="environment"><tr>{head}</tr>{rows}</table>')
+    return "".join(parts) + "</section>"
+
+
 def _summary(s: dict, parity: Optional[dict]) -> str:
     safety = s["rewrites_by_safety"]
     cards = [
-        ("Python files scanned", s["files_scanned"], ""), ("changed", s["files_changed"], ""),
+        ("Python files scanned", s.get("files_by_kind", {}).get("python", s["files_scanned"]), ""),
+        *_dependency_cards(s),
+        ("changed", s["files_changed"], ""),
         ("unchanged", s["files_unchanged"], ""), ("skipped (nothing to migrate)", s["files_skipped"], ""),
         ("with errors", s["files_errored"], "bad" if s["files_errored"] else ""),
         ("other files copied", s["files_other"], ""),
@@ -73,6 +111,8 @@ def _summary(s: dict, parity: Optional[dict]) -> str:
     ]
     if parity is not None:
         cards.append(("parity", "PASS" if parity.get("passed") else "FAIL", "ok" if parity.get("passed") else "bad"))
+        if parity.get("proven") is False:
+            cards.append(("sites not proven", sum(s.get("status") == "not proven" for s in parity.get("sites", [])), "warn"))
     items = "".join(f'<div class="card {cls}" data-card="{_e(label)}"><div class="value">{_e(value)}</div>'
                     f'<div class="label">{_e(label)}</div></div>' for label, value, cls in cards)
     return f'<section id="summary"><h2>Summary</h2><div class="cards">{items}</div></section>'
@@ -155,17 +195,31 @@ def _parity(parity: Optional[dict]) -> str:
                         for c in parity_result.COLUMNS)
         body.append(f'<tr class="{row["result"].lower()}">{cells}</tr>')
     head = "".join(f"<th>{h}</th>" for h in parity_result.COLUMNS)
-    verdict = "passed" if parity.get("passed") else "FAILED"
+    verdict = _e(parity_result.verdict(parity))
     return (f'<section id="parity"><h2>Parity: {verdict}</h2><p>original <code>{_e(parity.get("original"))}</code> '
             f'vs migrated <code>{_e(parity.get("migrated"))}</code>, backing {_e(parity.get("backing"))}</p>'
-            f'<table class="parity"><tr>{head}</tr>{"".join(body)}</table></section>')
+            f'<table class="parity"><tr>{head}</tr>{"".join(body)}</table>{_sites(parity)}</section>')
+
+
+def _sites(parity: dict) -> str:
+    """What ran at each rewritten site, per run: ``ran n/m`` or why the original code ran."""
+    rows = parity_result.site_rows(parity)
+    if not rows:
+        return ""
+    columns = ["site", *parity_result.run_labels(parity), "status"]
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join(f'<tr class="{_e(row["status"].replace(" ", "-"))}">' + "".join(f"<td>{_e(row[c])}</td>" for c in columns)
+                   + "</tr>" for row in rows)
+    return f'<h3>What ran at each rewritten site</h3><table class="parity-sites"><tr>{head}</tr>{body}</table>'
+
 
 
 def render(report: dict, diffs: Iterable[FileDiff] = (), parity: Optional[dict] = None) -> str:
     summaries = {code: info.summary for code, info in catalogue().items()}
     findings = [dict(f, _id=i) for i, f in enumerate(report["findings"])]  # a finding shows up to twice
     body = "".join([_summary(report["summary"], parity), _parity(parity), _filters(findings, summaries),
-                    _attention(findings, summaries), _files(report["files"], findings, diffs, summaries)])
+                    _attention(findings, summaries), _dependencies(report),
+                    _files(report["files"], findings, diffs, summaries)])
     return ("<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '

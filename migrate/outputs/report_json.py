@@ -1,4 +1,5 @@
-"""``report.json`` (schema_version 3): the summary, one entry per Python file, one per finding.
+"""``report.json`` (schema_version 4): the summary, one entry per file scanned (Python, dependency or
+launcher file, its ``kind``), one per finding, and the dependencies and environment section.
 
 The dict built here is the one source of every count and site that a run shows: report.md,
 report.sarif, report.html and the CLI's summary line are all rendered from it.
@@ -17,7 +18,11 @@ that it did not before (``torch_npu``), each with the files that import it.
 
 Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and the summary keys
 ``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``; 3 made ``col`` 1-based and added
-``cell``, ``new_files`` and ``new_dependencies``.
+``cell``, ``new_files`` and ``new_dependencies``; 4 added dependency and launcher files (``files``
+entries carry their ``kind``; the ``files_*`` counts cover every kind, broken down by
+``files_by_kind``), the ``dependencies`` section (``packages``: the compatibility matrix;
+``environment``: the launcher settings found) and its summary counts ``packages_declared``,
+``packages_by_status`` and ``environment_sites``.
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from npu_migrate.migrate import diagnostics
-from npu_migrate.migrate.findings import SAFETIES
+from npu_migrate.migrate.findings import PYTHON, SAFETIES
+from npu_migrate.migrate.outputs.dependencies import build as build_dependencies
+from npu_migrate.migrate.outputs.dependencies import summarize as dependency_counts
 
 if TYPE_CHECKING:
     from npu_migrate.migrate.findings import FileResult
     from npu_migrate.migrate.runner import RunResult
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FINDING_KEYS = ("code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback",
                 "snippet")
 # a top-level name imported on a line (in a notebook's JSON, a source line starts with its quote)
@@ -55,7 +62,8 @@ def location(finding: dict) -> str:
     return f"{finding['path']}:{cell}{finding['line']}:{finding['col']}"
 
 
-def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0) -> dict:
+def summarize(files: List[dict], findings: List[dict], other_files: int, excluded: int = 0,
+              dependencies: Optional[dict] = None) -> dict:
     statuses = Counter(f["status"] for f in files)
     actions = Counter(f["action"] for f in findings if is_site(f))
     safeties = Counter(f["safety"] for f in findings if f["safety"])
@@ -72,6 +80,8 @@ def summarize(files: List[dict], findings: List[dict], other_files: int, exclude
         "sites_suppressed": actions["suppressed"],
         "rewrites_by_safety": {safety: safeties[safety] for safety in SAFETIES},
         "by_code": dict(sorted(Counter(f["code"] for f in findings).items())),
+        "files_by_kind": dict(sorted(Counter(f.get("kind", PYTHON) for f in files).items())),
+        **dependency_counts(dependencies or {"packages": [], "environment": []}),
     }
 
 
@@ -104,13 +114,15 @@ def _findings(run: "RunResult") -> List[dict]:
 
 def build(run: "RunResult", changes: Optional[Sequence] = None) -> dict:
     """The report of ``run``; ``changes`` (``outputs.changes.collect_changes``) names the new files."""
-    files = [{"path": r.path, "status": r.status, "error": r.error} for r in run.files]
+    files = [{"path": r.path, "status": r.status, "error": r.error, "kind": r.kind} for r in run.files]
     findings = _findings(run)
+    dependencies = build_dependencies(run, findings)
     return {
         "schema_version": SCHEMA_VERSION,
-        "summary": summarize(files, findings, len(run.copied), len(run.excluded)),
+        "summary": summarize(files, findings, len(run.copied), len(run.excluded), dependencies),
         "files": files,
         "findings": findings,
+        "dependencies": dependencies,
         "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
         "written": _written(run),
         "new_files": sorted(c.path for c in changes or () if c.old is None),

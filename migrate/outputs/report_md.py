@@ -2,15 +2,16 @@
 
 Rendered from the report.json dict: the summary table (the same counts), the parity result when
 there is one, the new files (the vendored helper) and new dependencies (``torch_npu``), the codes
-seen with their one-line meaning, "Needs attention" (the sites that were not migrated grouped by
-their advice: code, plan and what to do, each advice once with its sites; then the file errors),
-the rewritten sites per file with their fix safety, and the sites kept as they are by
-``# npu-migrate: ignore`` comments.
+seen with their one-line meaning, "Dependencies and environment" (the compatibility matrix of the
+declared packages and the launcher settings found), "Needs attention" (the sites that were not
+migrated grouped by their advice: code, plan and what to do, each advice once with its sites; then
+the file errors), the rewritten sites per file with their fix safety, and the sites kept as they are
+by ``# npu-migrate: ignore`` comments.
 
 A pull request's body holds at most 65,536 characters, so the page stays under ``MAX_CHARS``: on a
 large repository the rewrites are listed per file and message, then counted per file, then only
-per code, and the lists of sites are shortened ("... and 40 more"), always saying that
-report.html (and report.json) hold every site.
+per code, and the lists of sites (and of compatible packages) are shortened ("... and 40 more"),
+always saying that report.html (and report.json) hold every site.
 """
 
 from __future__ import annotations
@@ -52,11 +53,59 @@ def _safety(f: dict) -> str:
     return f" — {SAFETY_NOTE[f['safety']]}" if f["safety"] in SAFETY_NOTE else ""
 
 
+STATUS_NOTE = {"compatible": "compatible", "replace": "replace", "unsupported": "unsupported",
+               "unlisted": "not in the package table"}
+
+
+def _dependency_rows(s: dict) -> List[str]:
+    """The summary rows of the dependency and launcher files (absent from a schema-2 report)."""
+    if "packages_by_status" not in s:
+        return []
+    kinds = s.get("files_by_kind", {})
+    rows = [f"| Dependency and launcher files scanned | {s['files_scanned'] - kinds.get('python', 0)} |",
+            f"| Packages declared | {s['packages_declared']} |"]
+    rows += [f"| … {STATUS_NOTE[status]} | {n} |" for status, n in s["packages_by_status"].items()]
+    rows.append(f"| Launcher settings found (environment, GPU counts, images) | {s['environment_sites']} |")
+    return rows
+
+
+def dependencies_section(report: dict, limit: int = 1000) -> List[str]:
+    """"Dependencies and environment": the package matrix and the launcher settings. Every package
+    with a finding or a status other than compatible is listed; of the rest and of the settings at
+    most ``limit`` rows (report.md's size cap)."""
+    section = report.get("dependencies") or {}
+    packages, environment = section.get("packages", []), section.get("environment", [])
+    if not (packages or environment):
+        return []
+    out = ["## Dependencies and environment", ""]
+    if packages:
+        flagged = [row for row in packages if row["codes"] or row["status"] in ("replace", "unsupported")]
+        quiet = [row for row in packages if row not in flagged]
+        shown = {id(row) for row in flagged + quiet[:limit]}
+        out += ["| Package | Status | Declared in | Replacement | Codes |", "|---|---|---|---|---|"]
+        for row in (row for row in packages if id(row) in shown):
+            where = "<br>".join(_cell(f"`{d['path']}:{d['line']}` `{d['spec']}`") for d in row["declared"])
+            out.append(f"| `{row['name']}` | {STATUS_NOTE[row['status']]} | {where} | {_cell(row['replacement'])} "
+                       f"| {', '.join(row['codes'])} |")
+        if len(quiet) > limit:
+            out.append(f"| … and {len(quiet) - limit} more compatible or unlisted packages ({EVERY_SITE}) | | | | |")
+        out.append("")
+    if environment:
+        out += ["| Setting | Where | Action | Becomes | Code |", "|---|---|---|---|---|"]
+        out += [f"| `{_cell(e['name'])}` | `{e['path']}:{e['line']}` | {e['action']} | "
+                f"{_cell('`' + e['target'] + '`' if e['target'] else '')} | {e['code']} |" for e in environment[:limit]]
+        if len(environment) > limit:
+            out.append(f"| … and {len(environment) - limit} more settings ({EVERY_SITE}) | | | | |")
+        out.append("")
+    return out
+
+
 def _summary_table(s: dict) -> List[str]:
     safety = s["rewrites_by_safety"]
     return [
         "| | |", "|---|---:|",
-        f"| Python files scanned | {s['files_scanned']} |",
+        f"| Python files scanned | {s.get('files_by_kind', {}).get('python', s['files_scanned'])} |",
+        *_dependency_rows(s),
         f"| Files changed | {s['files_changed']} |",
         f"| Files unchanged | {s['files_unchanged']} |",
         f"| Files skipped (nothing to migrate) | {s['files_skipped']} |",
@@ -84,6 +133,11 @@ def _parity(parity: Optional[dict]) -> List[str]:
            f"`{parity.get('original', '?')}` vs migrated `{parity.get('migrated', '?')}`.", "",
            "| " + " | ".join(parity_result.COLUMNS) + " |", "|" + "---|" * len(parity_result.COLUMNS)]
     out += ["| " + " | ".join(_cell(row[c]) for c in parity_result.COLUMNS) + " |" for row in rows]
+    sites = parity_result.site_rows(parity)
+    if sites:
+        columns = ["site", *parity_result.run_labels(parity), "status"]
+        out += ["", "What ran at each rewritten site:", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        out += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in sites]
     return out + [""]
 
 
@@ -196,6 +250,7 @@ def _render(report: dict, parity: Optional[dict], mode: str, limit: int) -> str:
         out += [f"| {code} | {n} | {_cell(codes[code].summary if code in codes else '')} |"
                 for code, n in s["by_code"].items()]
         out.append("")
+    out += dependencies_section(report, limit)
     rewritten, reported = _by_action(findings, "rewritten"), _by_action(findings, "reported")
     errors = [f for f in report["files"] if f["status"] == "error"]
     suppressed = _by_action(findings, "suppressed")

@@ -2,9 +2,11 @@
 
 The tree holds every discovered file: migrated files and vendored helpers with their new text,
 everything else copied byte for byte (symbolic links as links). Writes go through ``OutputDir``:
-atomic, never through a link inside the output. Files already in the output directory that are
-not part of the tree are left alone: nothing is ever deleted. The tree is regenerable, so files
-are not fsynced one by one (in-place writes are).
+atomic, never through a link inside the output, their temporary files staged in a directory of
+the report directory (``staging``; what a killed run left there is cleared by the next), so the
+tree never holds a temporary file. Files already in the output directory that are not part of
+the tree are left alone: nothing is ever deleted. The tree is regenerable, so files are not
+fsynced one by one (in-place writes are).
 
 A failed write is recorded, not raised: ``write_tree`` returns a ``WriteOutcome`` naming every
 file written and every file not written with its reason; after a full disk or a read-only file
@@ -15,6 +17,8 @@ helper could not be written gets its original text, so the tree never imports a 
 from __future__ import annotations
 
 import os
+import shutil
+from contextlib import suppress
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -37,23 +41,32 @@ def os_error(path: Path, exc: OSError) -> str:
     return f"{where}: [Errno {exc.errno}] {exc.strerror or exc}"
 
 
+NAMES_NO_FILE = (diagnostics.BAD_NAME, diagnostics.UNLISTABLE, diagnostics.PATH_TOO_LONG)
+
+
 def python_paths(run: RunResult) -> List[str]:
-    """The Python files of the tree under their real names (an NPU012 result carries a display name)."""
-    return [r.path for r in run.files if not (r.findings and r.findings[0].code == diagnostics.BAD_NAME)]
+    """The Python files of the tree under their real names (an NPU012 result carries a display name,
+    NPU014 and NPU020 results a directory or a path that cannot be opened: none is a file to write)."""
+    return [r.path for r in run.files if not (r.findings and r.findings[0].code in NAMES_NO_FILE)]
+
+
+STAGING_DIR = "tree-staging"  # in the report directory
 
 
 def write_tree(run: RunResult, changes: Sequence[Change], out: Path,
-               outcome: Optional[WriteOutcome] = None) -> WriteOutcome:
+               outcome: Optional[WriteOutcome] = None, staging: Optional[Path] = None) -> WriteOutcome:
     """Write the tree; ``outcome`` (filled as the writing goes, so it is current even when Ctrl-C
-    stops it) is returned."""
+    stops it) is returned. ``staging``: where the temporary files go (None: beside each target)."""
     out = Path(out)
+    if staging is not None and staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging, ignore_errors=True)  # left by a killed run (the caller holds the lock)
     outcome = outcome if outcome is not None else WriteOutcome(str(out))
     by_path = {c.path: c for c in changes}
     order = [c.path for c in changes if c.helper]
     order += [rel for rel in sorted({*run.copied, *python_paths(run)}) if rel not in order]
     failed_helpers: Dict[str, str] = {}
     results = {r.path: r for r in run.files}
-    with OutputDir(out, durable=False) as tree:
+    with OutputDir(out, durable=False, staging=staging) as tree:
         for i, rel in enumerate(order):
             change = by_path.get(rel)
             try:
@@ -80,6 +93,9 @@ def write_tree(run: RunResult, changes: Sequence[Change], out: Path,
             outcome.written.append(rel)
         else:
             outcome.complete = True
+    if staging is not None:
+        with suppress(OSError):
+            os.rmdir(staging)
     mark_unwritten(run, outcome)
     return outcome
 

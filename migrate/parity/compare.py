@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from npu_migrate.migrate.parity.criteria import Criteria, default_criteria
-from npu_migrate.migrate.parity.failures import ERROR, RAISED, SETUP, UNSUPPORTED
+from npu_migrate.migrate.parity.failures import ERROR, RAISED, SETUP, TIMED_OUT, UNSUPPORTED
 from npu_migrate.migrate.parity.localise import first_divergent
 from npu_migrate.migrate.parity.metrics import compare
 from npu_migrate.migrate.parity.precision import dtype_name, precision
@@ -41,8 +41,8 @@ def _side_failure(side: str, result: Optional[dict]) -> Optional[Tuple[str, str,
 def _verdict_kind(side: str, kind: str, raised_in: Optional[dict]) -> str:
     """What a side's failure means for the case: an original that cannot run is a setup problem
     (nothing to compare against); a migrated side that raised in the model is a parity failure."""
-    if kind == UNSUPPORTED:
-        return UNSUPPORTED
+    if kind in (UNSUPPORTED, TIMED_OUT):
+        return kind
     if side == "original" or kind == SETUP:
         return SETUP
     return RAISED if raised_in else ERROR
@@ -53,6 +53,8 @@ def compare_case(case: Case, label: str, original: Optional[dict], migrated: Opt
     override = case.tolerance.get(label, {})
     criteria = default_criteria()[precision(label).criteria_dtype].with_overrides(override)
     result = CaseResult(case.name, label, criteria, override.get("reason"))
+    result.sites = dict((migrated or {}).get("sites") or {})
+    result.loaded = list((migrated or {}).get("loaded") or [])
 
     for side, side_result in (("original", original), ("migrated", migrated)):
         failure = _side_failure(side, side_result)
@@ -71,9 +73,13 @@ def compare_case(case: Case, label: str, original: Optional[dict], migrated: Opt
     result.tensors = compare_tensors("output", original["outputs"], migrated["outputs"], criteria)
     if case.train:
         o, m = original["train"], migrated["train"]
-        result.tensors += compare_tensors("loss", {"loss": o["loss"]}, {"loss": m["loss"]}, criteria)
+        result.tensors += compare_tensors("loss", o["loss"], m["loss"], criteria)
         result.tensors += compare_tensors("grad", o["grads"], m["grads"], criteria)
         result.tensors += compare_tensors("after_step", o["after_step"], m["after_step"], criteria)
+    if case.changes:
+        o, m = original["changes"], migrated["changes"]
+        result.tensors += compare_tensors("after_change", o["outputs"], m["outputs"], criteria)
+        result.not_applicable = list(o["not_applicable"])
     if not result.passed:
         result.first_divergent = first_divergent(original["modules"], migrated["modules"], criteria)
     return result

@@ -9,6 +9,7 @@ Kinds:
 - ``not supported``: the emulation cannot run the model (graph capture, an API the emulated
   device does not provide, an op the backing device does not implement on the original side).
 - ``error``: anything else the side's code raised: importing, building or running the model.
+- ``timed out``: the run exceeded its time limit and was stopped (``parity.run``).
 
 A raise in the forward or the training step is localised: the innermost module whose forward
 raised (``ModuleRecorder``), the op that raised (the op trace, on the migrated side), and the
@@ -26,6 +27,7 @@ from npu_migrate.migrate.parity.coverage import OpTrace, exception_chain
 from npu_migrate.migrate.parity.resolve import inside
 
 SETUP, UNSUPPORTED, ERROR = "setup", "not supported", "error"
+TIMED_OUT = "timed out"
 RAISED = "raised"  # a case verdict: the migrated model raised in its forward or training step
 TRACEBACK_FRAMES = 3
 NOT_EMULATED = "is not emulated"  # the emulated device's words for an API it does not provide

@@ -1,4 +1,4 @@
-"""Turning whatever a model returns into named tensors: flattening, selection, a scalar loss."""
+"""Turning whatever a model returns into named tensors: flattening, selection, the live tensors."""
 
 from __future__ import annotations
 
@@ -47,24 +47,13 @@ def select(output: Any, selector: Optional[Union[str, int]]) -> Any:
     raise KeyError(f"output selector {selector!r} matches no key, index or attribute of {type(output).__name__}")
 
 
-def scalar_loss(output: Any) -> torch.Tensor:
-    """The training loss: the output itself when it is a scalar, else the sum of mean squares
-    of every floating tensor in it (deterministic, and every element gets a gradient)."""
-    if isinstance(output, torch.Tensor) and output.numel() == 1:
-        return output.float().reshape(())
-    tensors = [t for t in _live_tensors(output) if t.is_floating_point()]
-    if not tensors:
-        raise ValueError("the selected output holds no floating-point tensor to build a loss from")
-    return sum(t.float().pow(2).mean() for t in tensors)
-
-
-def _live_tensors(obj: Any):
+def live_tensors(obj: Any):
     """Like ``flatten`` but yields the tensors themselves (still attached to the graph)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, Mapping):
         for item in obj.values():
-            yield from _live_tensors(item)
+            yield from live_tensors(item)
     elif isinstance(obj, (tuple, list)):
         for item in obj:
-            yield from _live_tensors(item)
+            yield from live_tensors(item)

@@ -13,15 +13,17 @@ from npu_migrate.migrate.parity.criteria import Criteria
 from npu_migrate.migrate.parity.failures import ERROR, SETUP
 from npu_migrate.migrate.parity.localise import Localisation
 from npu_migrate.migrate.parity.metrics import Metrics
+from npu_migrate.migrate.parity.sites import NOT_LOADED, NOT_PROVEN, SiteRecord, ran, records
 
 MAX_LISTED = 5  # failing tensors listed per case in the console
 
 
 @dataclass
 class TensorResult:
-    """One compared tensor: a model output, the loss, a gradient or an output after the step."""
+    """One compared tensor: a model output, a training loss, a gradient, an output after the training
+    steps or an output after a state change (named ``<change>/<output>``)."""
 
-    kind: str  # "output" | "loss" | "grad" | "after_step"
+    kind: str  # "output" | "loss" | "grad" | "after_step" | "after_change"
     name: str
     metrics: Optional[Metrics]
     failure: Optional[str] = None  # why it fails; None when it passes
@@ -55,12 +57,19 @@ class CaseResult:
     coverage: Dict[str, Dict[str, int]] = field(default_factory=dict)
     failure_kind: Optional[str] = None  # why a side produced no results (parity.failures kinds)
     raised_in: Optional[Dict[str, Any]] = None  # where a forward raised: side, module, call, op, at, error
+    not_applicable: List[str] = field(default_factory=list)  # state changes the model has nothing for
+    sites: Dict[str, dict] = field(default_factory=dict)  # site -> calls, fused, fallbacks (parity.sites)
+    loaded: List[str] = field(default_factory=list)  # the migrated tree's files the run imported
 
     @property
     def passed(self) -> bool:
         return not self.errors and not self.weight_problems and bool(self.tensors) and all(
             t.passed for t in self.tensors
         )
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.dtype}]"
 
     @property
     def verdict(self) -> str:
@@ -87,9 +96,12 @@ class CaseResult:
             "outputs": [t.to_json() for t in self.of_kind("output")],
             "gradients": [t.to_json() for t in self.of_kind("loss", "grad")],
             "after_step": [t.to_json() for t in self.of_kind("after_step")],
+            "after_change": [t.to_json() for t in self.of_kind("after_change")],
+            "changes_not_applicable": self.not_applicable,
             "first_divergent_module": self.first_divergent.to_json() if self.first_divergent else None,
             "raised_in": self.raised_in,
             "op_coverage": self.coverage,
+            "sites": {site: {**counts, "ran": ran(counts)} for site, counts in self.sites.items()},
         }
 
 
@@ -100,10 +112,20 @@ class ParityReport:
     migrated: str
     backing: str
     cases: List[CaseResult] = field(default_factory=list)
+    rewritten: List[str] = field(default_factory=list)  # the site constants of the migrated tree
 
     @property
     def passed(self) -> bool:
         return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def site_records(self) -> List[SiteRecord]:
+        return records(self.rewritten, {c.label: (c.sites, c.loaded) for c in self.cases})
+
+    @property
+    def not_proven(self) -> List[SiteRecord]:
+        """Numerics-changing sites whose file a run imported but whose fused path ran in no run."""
+        return [r for r in self.site_records if r.status == NOT_PROVEN]
 
     @property
     def setup_failed(self) -> bool:
@@ -119,6 +141,8 @@ class ParityReport:
             "migrated": self.migrated,
             "backing": self.backing,
             "cases": [c.to_json() for c in self.cases],
+            "proven": not self.not_proven,
+            "sites": [r.to_json() for r in self.site_records],
         }
 
 
@@ -188,10 +212,11 @@ def _metrics(m: Optional[Metrics]) -> str:
 
 VERDICT_STYLE = {"passed": ("PASS", "green"), "diverged": ("FAIL", "bold red"), "raised": ("RAISED", "bold red"),
                  "error": ("ERROR", "bold red"), "setup error": ("SETUP ERROR", "bold red"),
-                 "not supported": ("NOT SUPPORTED", "bold yellow")}
+                 "not supported": ("NOT SUPPORTED", "bold yellow"), "timed out": ("TIMED OUT", "bold red")}
 # column -> (minimum width, wrap): names and figures stay on one line; op lists fold
 COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "outputs": (24, False),
-           "gradients": (24, False), "after step": (24, False), "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
+           "gradients": (24, False), "after step": (24, False), "state changes": (24, False),
+           "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
            "CPU fallback ops": (16, True), "float64": (8, True)}
 
 
@@ -218,6 +243,7 @@ def render(report: ParityReport) -> Group:
             _worst(case.of_kind("output")) if not case.errors else case.verdict,
             _worst(case.of_kind("loss", "grad")),  # the same tensors as report.html's and report.md's columns
             _worst(case.of_kind("after_step")),
+            _worst(case.of_kind("after_change")),
             _where(case),
             _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
             _ops(coverage.get("fallback_ops", {})) if coverage else "-",
@@ -227,7 +253,31 @@ def render(report: ParityReport) -> Group:
     for case in report.cases:
         if not case.passed:
             parts.extend(_details(case))
+    sites = report.site_records
+    if sites:
+        parts.append(_sites_table(report, sites))
     failed = sum(not c.passed for c in report.cases)
     summary = f"{len(report.cases) - failed}/{len(report.cases)} case(s) passed"
     parts.append(Text(summary, style="green" if not failed else "bold red"))
+    unproven = report.not_proven
+    if unproven:
+        parts.append(Text(f"NOT PROVEN: the fused path of {len(unproven)} numerics-changing site(s) ran in no run "
+                          f"(the comparison used the original code there): "
+                          + ", ".join(r.site for r in unproven), style="bold yellow"))
     return Group(*parts)
+
+
+SITE_STYLE = {"proven": "green", NOT_PROVEN: "bold yellow", NOT_LOADED: "dim"}
+
+
+def _sites_table(report: ParityReport, sites: List[SiteRecord]) -> Table:
+    """Per rewritten site and run: ``ran n/m`` or why the original code ran there."""
+    table = Table(title="what ran at each rewritten site (the helper's per-site record)")
+    table.add_column("site", no_wrap=True)
+    for case in report.cases:
+        table.add_column(Text(case.label), overflow="fold", min_width=12)
+    table.add_column("status", no_wrap=True)
+    for record in sites:  # Text: a reason such as "[B, N, S, D]" is not markup
+        table.add_row(Text(record.site), *(Text(ran(record.runs.get(c.label, {}))) for c in report.cases),
+                      Text(record.status, style=SITE_STYLE.get(record.status, "")))
+    return table

@@ -7,6 +7,7 @@ carries the line of the node it is about, and collects every problem before givi
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -16,14 +17,21 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import yaml
 
+from npu_migrate.migrate.parity.changes import CHANGES
 from npu_migrate.migrate.parity.criteria import KEYS as CRITERIA_KEYS, supported_dtypes
 from npu_migrate.migrate.parity.precision import AMP_DTYPES, amp_label
+from npu_migrate.migrate.parity.training import DEFAULT_LR, DEFAULT_OPTIMIZERS, DEFAULT_STEPS, LOSSES, OPTIMIZERS
 from npu_migrate.opmap.yaml_source import SchemaError, compose, line_of, number_problem
 
-CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "output", "tolerance")
+CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", "train", "changes", "output",
+             "tolerance")
+TRAIN_KEYS = ("optimizers", "steps", "lr", "loss")
+MAX_STEPS = 100
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
 TREE_KEYS = ("original", "migrated")  # optional top-level keys: the trees, relative to the spec
 TODO_MARK = "TODO"
+PROCESS_KEYS = ("timeout",)  # how a case's runs are run (parity.run): seconds one run may take
+MAX_INPUT_ELEMENTS = 1 << 26  # a declared input's size cap: 64 Mi elements (256 MiB in float32)
 _REF = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][\w.]*)$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -62,6 +70,17 @@ class TensorSpec:
     high: Optional[float] = None
 
 
+@dataclass(frozen=True)
+class Training:
+    """The training step (``train: true`` or a mapping of these keys): ``steps`` steps of each optimizer
+    in ``optimizers`` (each from the case's weights) on the ``loss`` (``parity.training``)."""
+
+    optimizers: Tuple[str, ...] = DEFAULT_OPTIMIZERS
+    steps: int = DEFAULT_STEPS
+    lr: float = DEFAULT_LR
+    loss: str = "projection"
+
+
 @dataclass
 class Case:
     name: str
@@ -70,10 +89,12 @@ class Case:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     dtypes: List[str] = field(default_factory=lambda: ["float32"])  # run labels (parity.precision)
     weights: Optional[Path] = None  # a checkpoint file or directory, loaded into the original
-    train: bool = False
+    train: Optional[Training] = None  # None: no training step
+    changes: Tuple[str, ...] = ()  # parity.changes names, applied one by one between forward passes
     output: Optional[Union[str, int]] = None
     tolerance: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # dtype -> overrides + reason
     line: int = 0
+    timeout: Optional[float] = None  # seconds one run of the case may take (None: --timeout or the default)
 
 
 @dataclass
@@ -202,9 +223,11 @@ class _Checker:
             return []
         cases, seen = [], set()
         for node in cases_node.value:
+            timeout = self.timeout(node) if isinstance(node, yaml.MappingNode) else None
             case = self.case(node)
             if case is None:
                 continue
+            case.timeout = timeout
             if case.name in seen:
                 self.error(node, f"duplicate case name {case.name!r}")
             seen.add(case.name)
@@ -212,7 +235,7 @@ class _Checker:
         return cases
 
     def case(self, node: yaml.Node) -> Optional[Case]:
-        items = self.mapping(node, "a case", CASE_KEYS)
+        items = self.mapping(node, "a case", CASE_KEYS + PROCESS_KEYS)
         if items is None:
             return None
         for key in ("name", "factory", "inputs"):
@@ -234,11 +257,8 @@ class _Checker:
         if "amp" in items:
             dtypes = self.amp(items["amp"], "dtypes" in items)
         weights = self.weights(items["weights"]) if "weights" in items else None
-        train = False
-        if "train" in items:
-            train = self.value(items["train"])
-            if not isinstance(train, bool):
-                self.error(items["train"], f"train must be true or false, got {train!r}")
+        train = self.training(items["train"]) if "train" in items else None
+        changes = self.changes(items["changes"]) if "changes" in items else ()
         output = None
         if "output" in items:
             output = self.value(items["output"])
@@ -247,7 +267,70 @@ class _Checker:
         tolerance = self.tolerance(items["tolerance"], dtypes) if "tolerance" in items else {}
         if self.problems:
             return None
-        return Case(name, factory, inputs, kwargs, dtypes, weights, train, output, tolerance, line_of(node))
+        return Case(name, factory, inputs, kwargs, dtypes, weights, train, changes, output, tolerance, line_of(node))
+
+    def training(self, node: yaml.Node) -> Optional[Training]:
+        if isinstance(node, yaml.ScalarNode):
+            value = self.value(node)
+            if not isinstance(value, bool):
+                self.error(node, f"train must be true, false or a mapping of {', '.join(TRAIN_KEYS)}, got {value!r}")
+            return Training() if value is True else None
+        items = self.mapping(node, "train", TRAIN_KEYS)
+        if items is None:
+            return None
+        fields: Dict[str, Any] = {}
+        if "optimizers" in items:
+            listed, names = items["optimizers"], self.value(items["optimizers"])
+            if not isinstance(listed, yaml.SequenceNode) or not names:
+                self.error(listed, f"optimizers must be a non-empty list of {', '.join(OPTIMIZERS)}")
+            else:
+                for item_node, name in zip(listed.value, names):
+                    if not isinstance(name, str) or name not in OPTIMIZERS:
+                        self.error(item_node, f"unknown optimizer {name!r} (known: {', '.join(OPTIMIZERS)})")
+                if len(set(map(str, names))) != len(names):
+                    self.error(listed, "an optimizer is listed twice")
+                fields["optimizers"] = tuple(names)
+        if "steps" in items:
+            steps = self.value(items["steps"])
+            if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+                self.error(items["steps"], f"steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
+            fields["steps"] = steps
+        if "lr" in items:
+            lr = self.number(items["lr"], "lr")
+            if lr is not None and lr <= 0:
+                self.error(items["lr"], f"lr must be positive, got {lr}")
+            fields["lr"] = lr
+        if "loss" in items:
+            loss = self.value(items["loss"])
+            if not isinstance(loss, str) or loss not in LOSSES:
+                self.error(items["loss"], f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+            fields["loss"] = loss
+        return Training(**fields)
+
+    def changes(self, node: yaml.Node) -> Tuple[str, ...]:
+        value = self.value(node)
+        if value == "all":
+            return tuple(CHANGES)
+        if not isinstance(value, list) or not value:
+            self.error(node, f"changes must be 'all' or a non-empty list of {', '.join(CHANGES)}")
+            return ()
+        for item_node, name in zip(node.value, value):
+            if not isinstance(name, str) or name not in CHANGES:
+                self.error(item_node, f"unknown change {name!r} (known: {', '.join(CHANGES)})")
+        if len(set(map(str, value))) != len(value):
+            self.error(node, "a change is listed twice")
+        return tuple(value)
+
+    def timeout(self, case: yaml.Node) -> Optional[float]:
+        """The case's ``timeout:`` in seconds (a positive number), or None when it has none."""
+        node = next((v for k, v in case.value if self.value(k) == "timeout"), None)
+        if node is None:
+            return None
+        seconds = self.number(node, "timeout")
+        if seconds is not None and seconds <= 0:
+            self.error(node, f"timeout must be a positive number of seconds, got {self.value(node)!r}")
+            return None
+        return seconds
 
     def dtypes(self, node: yaml.Node) -> List[str]:
         values = self.value(node)
@@ -300,6 +383,12 @@ class _Checker:
         shape = self.value(items["shape"])
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             self.error(items["shape"], f"shape of {name!r} must be a list of non-negative integers")
+            return None
+        elements = math.prod(shape)
+        if elements > MAX_INPUT_ELEMENTS:
+            self.error(items["shape"], f"input {name!r} of shape {shape} has {elements:,} elements, over the cap of "
+                       f"{MAX_INPUT_ELEMENTS:,} ({MAX_INPUT_ELEMENTS * 4 >> 20} MiB in float32) for a declared input: "
+                       "parity needs small inputs (a short sequence, a batch of one or two)")
             return None
         dtype = self.value(items["dtype"]) if "dtype" in items else "float"
         if dtype != "float" and not isinstance(getattr(torch, str(dtype), None), torch.dtype):

@@ -1,40 +1,47 @@
 """One side of a parity run, in a process of its own: ``python -m npu_migrate.migrate.parity.worker REQUEST``.
 
-REQUEST is a JSON file ``{"side", "tree", "other_tree", "spec", "backing", "result"}``. The worker
-activates the emulation for its side (the original: CUDA calls mapped onto the backing device;
-the migrated: the emulated NPU), puts its tree root first on ``sys.path``, runs every case and
-run (dtype or AMP) of the spec and ``torch.save``s plain dicts of tensors to ``result``. The
-original side also ships the weights and inputs; the migrated side reads the path of that file
-from stdin, so its start-up overlaps the original's run. A case that fails becomes an ``error``
-string (with ``raised_in`` when a forward raised, ``not_supported`` when the emulation cannot
-run it), never a crash of the worker.
+REQUEST is a JSON file ``{"side", "tree", "other_tree", "spec", "backing", "runs", "tmp",
+"progress"}``. The worker activates the emulation for its side (the original: CUDA calls mapped
+onto the backing device; the migrated: the emulated NPU), puts its tree root first on ``sys.path``
+(its working directory is a scratch directory of the run: ``parity.process``), and runs cases:
+the original side the runs (case and dtype or AMP, numbered as ``spec_runs``) its request lists,
+the migrated side each run named on its standard input with the original's result for it, as the
+original side finishes them, so the two overlap. Each run's plain dict of tensors is
+``torch.save``d to ``<tmp>/<side>.<run>.pt``, and the progress file says which run starts and
+ends (the parent stops a run that exceeds its time limit). The original side also ships the
+weights and inputs. A case that fails becomes an ``error`` string (with ``raised_in`` when a
+forward raised, ``not_supported`` when the emulation cannot run it), never a crash of the worker.
+The migrated side also ships, per run, what ran at each rewritten site and the tree's files it
+imported (``parity.sites``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Mapping
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from torch.utils._pytree import tree_map
 
+from npu_migrate.migrate.parity import sites, training
+from npu_migrate.migrate.parity.changes import CHANGES
 from npu_migrate.migrate.parity.checkpoint import load_checkpoint
 from npu_migrate.migrate.parity.coverage import OpTrace
 from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
+from npu_migrate.migrate.parity.init import harness
 from npu_migrate.migrate.parity.localise import ModuleRecorder
-from npu_migrate.migrate.parity.outputs import flatten, scalar_loss, select
+from npu_migrate.migrate.parity.outputs import flatten, select
 from npu_migrate.migrate.parity.precision import Precision, cast_floating, precision
+from npu_migrate.migrate.parity.process import DONE, READY, START, progress_line
 from npu_migrate.migrate.parity.resolve import NotResolved, Resolver
 from npu_migrate.migrate.parity.spec import Case, Ref, TensorSpec, load_spec
 
 SEED = 0  # the model and the inputs are built from this seed
-LEARNING_RATE = 0.01  # the one SGD step of train cases
 
 
 # -- the emulation ------------------------------------------------------------------------------
@@ -144,41 +151,80 @@ def forward(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, si
     return {"outputs": outputs, "modules": recorder.calls}
 
 
-def train_step(model: torch.nn.Module, inputs: Any, case: Case, prec: Precision, side: str,
-               trace: Optional[OpTrace], tree: Path) -> Dict[str, Any]:
-    """Gradients of a scalar loss (scaled with a GradScaler under float16 AMP), then the outputs
-    after one SGD step."""
-    recorder = ModuleRecorder(model, keep_tensors=False)
-    locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
-    try:
-        with stage("the training step raised", locate=locate):
-            model.train()
-            model.zero_grad(set_to_none=True)
-            torch.manual_seed(SEED)
-            with prec.autocast(side):
-                loss = scalar_loss(select(call(model, inputs), case.output))
-            scaler = prec.grad_scaler(side)
-            if scaler is None:
-                loss.backward()
-                grads = _grads(model)
-                with torch.no_grad():  # one plain SGD step (torch.optim imports torch._dynamo: seconds)
-                    for p in model.parameters():
-                        if p.grad is not None:
-                            p.add_(p.grad, alpha=-LEARNING_RATE)
-            else:  # the scaler steps through an optimizer: SGD, the same step
-                optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-                grads = _grads(model)
-                scaler.step(optimizer)
-                scaler.update()
-            model.eval()
+def train_runs(fresh, inputs: Any, case: Case, prec: Precision, side: str, trace: Optional[OpTrace],
+               tree: Path) -> Dict[str, Any]:
+    """Each optimizer of the case's training, from the case's weights (``fresh()``): ``steps`` steps on
+    the case's loss (scaled with a GradScaler under float16 AMP). Recorded: every step's loss, the
+    gradients of the first step (the same for every optimizer), the outputs after the last step."""
+    plan = case.train
+    result: Dict[str, Dict[str, torch.Tensor]] = {"loss": {}, "grads": {}, "after_step": {}}
+    for index, name in enumerate(plan.optimizers):
+        model = fresh()
+        recorder = ModuleRecorder(model, keep_tensors=False)
+        locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+        try:
+            with stage(f"the training step ({name}) raised", locate=locate):
+                model.train()
+                optimizer = training.OPTIMIZERS[name](model.parameters(), plan.lr)
+                scaler = prec.grad_scaler(side)
+                for step in range(1, plan.steps + 1):
+                    optimizer.zero_grad(set_to_none=True)
+                    torch.manual_seed(SEED + step)
+                    with prec.autocast(side):
+                        loss = training.loss(select(call(model, inputs), case.output), plan.loss)
+                    if scaler is None:
+                        loss.backward()
+                    else:
+                        scaler.scale(loss).backward()
+                        scaler.unscale_(optimizer)
+                    if index == 0 and step == 1:
+                        result["grads"] = _grads(model)
+                    result["loss"][f"{name}/step{step}"] = loss.detach().to("cpu")
+                    if scaler is None:
+                        optimizer.step()
+                    else:
+                        scaler.step(optimizer)
+                        scaler.update()
+                model.eval()
+                with torch.no_grad(), prec.autocast(side):
+                    torch.manual_seed(SEED)
+                    after = flatten(select(call(model, inputs), case.output))
+                result["after_step"].update({f"{name}/{key}": value for key, value in after.items()})
+        finally:
+            recorder.remove()
+    return result
+
+
+def change_runs(fresh, inputs: Any, case: Case, prec: Precision, side: str, trace: Optional[OpTrace],
+                tree: Path) -> Dict[str, Any]:
+    """Each state change of the case (``parity.changes``) on a model with the case's weights: a forward
+    (whatever a cache would keep is built), the change, then the forward whose outputs are compared."""
+    outputs: Dict[str, torch.Tensor] = {}
+    not_applicable: List[str] = []
+    for name in case.changes:
+        change = CHANGES[name]
+        model = fresh().eval()
+        with stage(f"the state change {name} raised"):
+            if change.prepare is not None:
+                change.prepare(model)
             with torch.no_grad(), prec.autocast(side):
                 torch.manual_seed(SEED)
+                call(model, inputs)
+            applied = change.apply(model)
+        if not applied:
+            not_applicable.append(name)
+            continue
+        recorder = ModuleRecorder(model, keep_tensors=False)
+        locate = functools.partial(raised_where, side=side, recorder=recorder, trace=trace, tree=tree)
+        try:
+            with stage(f"the forward pass after the state change {name} raised", locate=locate), torch.no_grad(), \
+                    prec.autocast(side):
+                torch.manual_seed(SEED)
                 after = flatten(select(call(model, inputs), case.output))
-    finally:
-        recorder.remove()
-    return {"loss": loss.detach().to("cpu"), "grads": grads, "after_step": after}
+        finally:
+            recorder.remove()
+        outputs.update({f"{name}/{key}": value for key, value in after.items()})
+    return {"outputs": outputs, "not_applicable": not_applicable}
 
 
 def _grads(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -193,6 +239,8 @@ def run_case(case: Case, label: str, resolver: Resolver, backing: str,
     result: Dict[str, Any] = {"error": None, "weight_problems": []}
     if trace is not None:
         trace.reset()
+    if side == "migrated":
+        sites.reset_counts()
     try:
         model = build(case, prec, resolver, device)
         if original is None:
@@ -208,16 +256,27 @@ def run_case(case: Case, label: str, resolver: Resolver, backing: str,
                 return result
             inputs = original["inputs"]
         inputs = _to(inputs, device)
+
+        def fresh() -> torch.nn.Module:
+            """A new model with the weights this side compared (the original's, on both sides)."""
+            again = build(case, prec, resolver, device)
+            again.load_state_dict((original or result)["state"], strict=True)
+            return again
+
         with trace.recording() if trace is not None else nullcontext():
             result.update(forward(model, inputs, case, prec, side, trace, resolver.tree))
             if case.train:
-                result["train"] = train_step(model, inputs, case, prec, side, trace, resolver.tree)
+                result["train"] = train_runs(fresh, inputs, case, prec, side, trace, resolver.tree)
+            if case.changes:
+                result["changes"] = change_runs(fresh, inputs, case, prec, side, trace, resolver.tree)
         if trace is not None:
             result["coverage"] = trace.to_json()
     except CaseFailure as failure:
         result.update(failure.for_side(side).to_json())
         if trace is not None:  # what ran before the failure
             result["coverage"] = trace.to_json()
+    if side == "migrated":  # what ran at each rewritten site, and which of the tree's files were imported
+        result["sites"], result["loaded"] = sites.take_counts(), sites.loaded_files(resolver.tree)
     return result
 
 
@@ -236,7 +295,13 @@ def weight_problems(model: torch.nn.Module, state: Dict[str, torch.Tensor]) -> L
     return problems
 
 
-def run(request: Dict[str, Any], original_results: Optional[dict]) -> Dict[str, Any]:
+def spec_runs(spec) -> List[tuple]:
+    """Every ``(case, run label)`` of a spec, in order: run ``I`` of a parity run is ``spec_runs[I]``."""
+    return [(case, label) for case in spec.cases for label in case.dtypes]
+
+
+def _setup(request: Dict[str, Any]):
+    """``(resolver, trace, spec)`` for the side, or the message of why it cannot run at all."""
     side, backing = request["side"], request["backing"]
     resolver = Resolver.for_side(side, Path(request["tree"]), Path(request["other_tree"]), Path(request["spec"]))
     trace = OpTrace() if side == "migrated" else None
@@ -244,32 +309,39 @@ def run(request: Dict[str, Any], original_results: Optional[dict]) -> Dict[str, 
         with stage(f"cannot activate the emulation (backing {backing})"):
             activate(side, backing, trace)
     except CaseFailure as failure:
-        return {"fatal": failure.message}
-    sys.path.insert(0, str(resolver.tree))
-    os.chdir(resolver.tree)
-    spec = load_spec(Path(request["spec"]))
-    results: Dict[str, Any] = {}
-    for case in spec.cases:
-        for label in case.dtypes:
-            original = None
-            if original_results is not None:
-                original = original_results.get("cases", {}).get(case.name, {}).get(label)
-                if original is None or original["error"] or "state" not in original:
-                    results.setdefault(case.name, {})[label] = {"error": None, "skipped": True}
-                    continue
-            results.setdefault(case.name, {})[label] = run_case(case, label, resolver, backing, original, trace)
-    return {"cases": results}
+        return failure.message
+    sys.path.insert(0, str(resolver.tree))  # the working directory is the run's scratch directory
+    harness.TREE = resolver.tree  # where a harness `parity init` wrote imports the tree's files from
+    return resolver, trace, load_spec(Path(request["spec"]))
+
+
+def _fed(lines) -> Iterator[tuple]:
+    """``(run, path of the original side's result)`` per line ``RUN PATH`` of the migrated side's input."""
+    for line in lines:
+        run, _, path = line.strip().partition(" ")
+        if run:
+            yield int(run), path
 
 
 def main(argv: List[str]) -> int:
+    """Run the request's runs (the original side) or the runs fed on stdin (the migrated side), saving
+    each run's result as ``<tmp>/<side>.<run>.pt`` and saying so in the progress file."""
     request = json.loads(Path(argv[0]).read_text())
-    original_results = None
-    if request["side"] == "migrated":
-        path = sys.stdin.readline().strip()
-        if not path:  # the original side failed as a whole: nothing to compare against
-            return 0
-        original_results = torch.load(path, weights_only=True)
-    torch.save(run(request, original_results), request["result"])
+    side, tmp, progress = request["side"], Path(request["tmp"]), Path(request["progress"])
+    setup = _setup(request)
+    if isinstance(setup, str):
+        (tmp / f"{side}.fatal").write_text(setup)
+        return 3
+    resolver, trace, spec = setup
+    runs = spec_runs(spec)
+    progress_line(progress, READY)
+    todo = ((run, None) for run in request["runs"]) if side == "original" else _fed(sys.stdin)
+    for run, path in todo:
+        progress_line(progress, START, run)
+        original = torch.load(path, weights_only=True) if path else None
+        case, label = runs[run]
+        torch.save(run_case(case, label, resolver, request["backing"], original, trace), tmp / f"{side}.{run}.pt")
+        progress_line(progress, DONE, run)
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
-from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.edits import SITE, code as template
 from npu_migrate.migrate.guarded import guarded_expression, region
 from npu_migrate.migrate.rules._regions import Slice, enclosing_block, operand_code, slice_of
 from npu_migrate.migrate.rules._syntax import code
@@ -29,6 +29,15 @@ from npu_migrate.migrate.rules._syntax import code
 CHEAP_METHODS = {"unsqueeze", "squeeze", "transpose", "permute", "view", "expand", "expand_as", "unflatten"}
 
 Written = Union[tuple, str]  # (guard, fused call, message[, imports the texts need]) or why not
+
+
+def sited(call: str, when: Sequence[str] = ()) -> str:
+    """The helper check ``call`` (``npu_glue.<check>(...)`` source) given the site's own run-time
+    conditions (``when``: source of flags the fused path also needs, evaluated with the check) and
+    the site, so that the check counts each call at its site as fused or fallen back, and why
+    (the engine writes the site's constant in place of ``SITE``)."""
+    extra = ([f"when={' and '.join(when)}"] if when else []) + [f"site={SITE}"]
+    return f"{call[:-1]}, {', '.join(extra)})"
 
 
 def cheap(node: cst.CSTNode, index: bool = False) -> bool:

@@ -102,7 +102,7 @@ class LiteralRule(TorchScoped):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._seen: Set[int] = set()
-        imports_torch = any(q.split(".")[0] == "torch" for names in ctx.names.imports.values() for q in names)
+        imports_torch = "torch" in ctx.names.imported_heads()
         self._imports = (TORCH_NPU,) if imports_torch else ()
 
     def takes_literal(self, keyword: Optional[str]) -> bool:

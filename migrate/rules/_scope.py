@@ -44,7 +44,7 @@ TORCH, PACKAGE, FOREIGN, UNKNOWN = "torch", "package", "foreign", "unknown"
 
 def file_scope(ctx) -> str:
     """``torch``, ``package``, ``foreign`` or ``unknown`` for the file of ``ctx`` (module docstring)."""
-    heads: Set[str] = {q.split(".")[0] for names in ctx.names.imports.values() for q in names}
+    heads: Set[str] = ctx.names.imported_heads()
     if heads & TORCH_LIBRARIES:
         return TORCH
     if heads & FOREIGN_LIBRARIES:

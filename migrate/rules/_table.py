@@ -122,6 +122,21 @@ class TableNameRule(Rule):
 
     def visit_Arg(self, node: cst.Arg) -> None:
         self._skip(node.keyword)  # f(synchronize=1) names a parameter, not the import
+        call = self.ctx.tree.parents().get(id(node))
+        if isinstance(call, cst.Call) and id(call) in self.ctx.names.dynamic and call.args[0] is node:
+            self._dynamic_import(call)
+
+    def _dynamic_import(self, call: cst.Call) -> None:
+        """``importlib.import_module("torch.cuda")`` bound to a name: the module is renamed, as an
+        ``import torch.cuda as tc`` is (``"torch_npu.npu"``)."""
+        _, module = self.ctx.names.dynamic[id(call)]
+        target = self._owned_rename(module)
+        if target is None:
+            return
+        literal = call.args[0].value
+        new = cst.SimpleString(f"{literal.prefix}{literal.quote}{importable(target)}{literal.quote}")
+        self.replace(literal, new, f"import of {module} at run time → {importable(target)}",
+                     target=importable(target), api=module, code=self._code_of(module))
 
     # (a def, class, parameter or ``as`` target that shares an imported name is a binding, which
     # the resolver answers through scope analysis, so they need no skipping here)
@@ -235,9 +250,12 @@ class TableNameRule(Rule):
         """Rebind imported names to their NPU twins, keeping each local name:
         ``from torch.cuda import CUDAGraph`` → ``from torch_npu.npu import NPUGraph as CUDAGraph``.
         Names that are not renamed stay in the original statement; new statements go on new lines."""
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if node.relative or node.module is None:
             return
         base = get_full_name_for_node(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            self._star_import(node, base)
+            return
         groups: dict = {}  # new module -> [ImportAlias]
         kept: Set[int] = set()  # ids of the aliases that stay
         first = None
@@ -290,6 +308,39 @@ class TableNameRule(Rule):
         self.replace(where, new, message, target=f"{module}.{alias_text.split()[0]}", api=qualified,
                      code=self._code_of(qualified))
 
+
+    def _star_import(self, node: cst.ImportFrom, base: str) -> None:
+        """``from torch.cuda import *`` stays, and the names it binds that the file reads and that
+        are renamed are bound again, by name, to their NPU twins on the lines after it:
+        ``from torch_npu.npu import synchronize``."""
+        groups: dict = {}
+        first = None
+        for local in self.ctx.names.star_names(base):
+            target = self._owned_rename(f"{base}.{local}")
+            if target is None:
+                continue
+            module, _, name = importable(target).rpartition(".")
+            alias = cst.ImportAlias(cst.Name(name), cst.AsName(cst.Name(local)) if local != name else None)
+            groups.setdefault(module, []).append(alias)
+            first = first or (f"{base}.{local}", module, code(alias))
+        if first is None:
+            return
+        added: List[cst.BaseSmallStatement] = []
+        if any(not module.startswith("torch_npu") for module in groups) \
+                and not self.ctx.names.is_imported("torch_npu") and not self._torch_npu_added:
+            self._torch_npu_added = True
+            added.append(cst.Import([cst.ImportAlias(cst.Name("torch_npu"))]))
+        added += [cst.ImportFrom(module=cst.parse_expression(module), names=aliases)
+                  for module, aliases in groups.items()]
+        line = self._line
+        if line is not None and line.body[0] is node:
+            where, new = line, cst.FlattenSentinel([line, *(cst.SimpleStatementLine([s]) for s in added)])
+        else:
+            where, new = node, cst.FlattenSentinel([node, *added])
+        qualified, module, alias_text = first
+        self.replace(where, new, f"from {base} import * binds {qualified.rpartition('.')[2]} → from {module} import "
+                     f"{alias_text}", target=f"{module}.{alias_text.split()[0]}", api=qualified,
+                     code=self._code_of(qualified))
 
 def _with_commas(original: List[cst.ImportAlias], aliases: List[cst.ImportAlias]) -> List[cst.ImportAlias]:
     """New aliases that reuse the original commas (and so the original line breaks) where they can."""

@@ -3,9 +3,13 @@
 The statements that compute the attention become a guarded region, ``if npu_glue.can_fuse(...):
 <fused call> else: <the original>``: the guard checks at run time what cannot be proven statically
 (4-D tensors, dtype, head dim, mask values and fully masked rows, a scalar scale) and the original
-code stays as the fallback, unchanged. A causal buffer proven lower-triangular
-(``torch.tril(torch.ones(...))`` in the class) becomes a causal sparse mode with the compressed mask;
-other masks are converted to the NPU's True = masked out. K and V repeated for grouped-query
+code stays as the fallback, unchanged. The fused call is ``npu_glue.fusion_attention(...)``
+(``torch_npu.npu_fusion_attention`` in BNSD): it casts q/k/v to autocast's dtype under AMP, as the
+original's matmuls do, and gives rows with every key masked (left padding) the original's value. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
+the class) is handed to the kernel as its mask, its current values converted on every call: the
+buffer may be filled, loaded or written through ``.data`` after the class built it, so its contents
+are never taken for the kernel's causal mode. Other masks are converted to the NPU's True = masked
+out the same way. K and V repeated for grouped-query
 attention (``repeat_kv``, ``repeat_interleave``) are passed with their own head count (the kernel's
 native GQA), and the repetition moves into the fallback when nothing else reads it. When the
 probabilities are used afterwards, the fused path runs only under a run-time condition that says
@@ -38,6 +42,7 @@ from npu_migrate.migrate.rules._attention_definitions import causal_alignment, i
 from npu_migrate.migrate.rules._attention_match import Attention, repeated_heads
 from npu_migrate.migrate.rules._attention_rank import RANK_PLAN, Shaped, shaped
 from npu_migrate.migrate.rules._attention_rule import FunctionRule
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._later_uses import load_sites_after
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
@@ -175,7 +180,7 @@ class EagerAttention(FunctionRule, Rule):
             guard.append(f"{subject} is None")
         probs_guards, probs_none = [], []
         for _ in range(3):
-            written = self._code(att, piece, texts, form, guard + probs_guards, masks, probs_none, shape)
+            written = self._code(att, piece, texts, form, (guard, probs_guards), masks, probs_none, shape)
             if written is None:
                 return "the scale is not available as a plain expression where the attention starts"
             guard_text, fused = written
@@ -189,7 +194,7 @@ class EagerAttention(FunctionRule, Rule):
                 edits = [edit] + ([Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)]
                                   if form[0] == "inside" else [])
                 anchor = piece.block.body[piece.start]
-                how = f"sparse_mode={masks[0][1]} causal mask" if masks and masks[0][0] == "causal" else (
+                how = "the causal buffer's values as the mask" if masks and masks[0][0] == "causal" else (
                     "masks converted at run time" if masks else "no mask")
                 self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by "
                                      f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
@@ -254,7 +259,8 @@ class EagerAttention(FunctionRule, Rule):
         return [], [(kind, text) for kind, text, _ in masks]
 
     def _causal(self, term, cls, view) -> Optional[Tuple[int, str]]:
-        """(sparse mode, slice code) when the term is a proven lower-triangular buffer slice."""
+        """(sparse mode, slice code) when the term is a slice of a buffer built lower-triangular (the
+        kernel gets the slice's values, never the sparse mode: the buffer can change after __init__)."""
         value = term.value
         if term.condition is not None:
             return None
@@ -272,11 +278,13 @@ class EagerAttention(FunctionRule, Rule):
         return found[1], atom(code(value.node))
 
     def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none, shape: Shaped):
+        """(guard, fused statements); ``guard_terms``: (the site's own conditions, the expressions that
+        say the probabilities are read afterwards)."""
         q, k, v = texts["q"], texts["k"], texts["v"]
         causal = masks[0] if masks and masks[0][0] == "causal" else None
         mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
         extra = ([f"causal={causal[2]}"] if causal else []) + (["cast_value=True"] if att.value_cast else [])
-        guard = [f"{HELPER}.can_fuse({', '.join([q, k, v] + mask_args + extra)})"]
+        when, requested = guard_terms
         scale = None
         if att.scale is not None:
             raw = operand_code(piece, att.scale)
@@ -284,25 +292,19 @@ class EagerAttention(FunctionRule, Rule):
                 return None
             scale = f"1 / {_parenthesized(raw, att.scale)}" if att.inverse else raw
             if not python_number(att.scale, piece.view):
-                guard.append(f"{HELPER}.is_scalar({raw})")
+                extra.append(f"scale={raw}")
                 scale = f"float({scale})"
-        guard += guard_terms
+        extra += [f"weights_requested={' or '.join(requested)}"] if requested else []
         value = f"{v}.to({q}.dtype)" if att.value_cast else v
-        args = [q, k, value, shape.heads(q), '"BNSD"']
-        if causal:
-            args += [f"atten_mask={HELPER}.causal_mask({q}.device)", f"sparse_mode={causal[1]}"]
-        elif mask_args:
-            args.append(f"atten_mask={HELPER}.npu_mask({', '.join([q, k] + mask_args)})")
+        args = [q, k, value, shape.heads(q)] + ([f"causal={causal[2]}"] if causal else mask_args)
         args.append(f"scale={scale or '1.0'}")
         keep = self._keep_prob(att, piece)
         if keep:
             args.append(f"keep_prob={keep}")
         indent, unit = self.ctx.indentation(piece.block)
-        test = " and ".join(guard)
-        if len(indent) + len(test) + 4 > WIDTH:
-            test = "(\n" + "\n".join(f"{unit}{'and ' if i else ''}{g}" for i, g in enumerate(guard)) + "\n)"
+        test = sited(f"{HELPER}.can_fuse({', '.join([q, k, v] + mask_args + extra)})", when)
         cast = f".to({v}.dtype)" if att.value_cast else ""
-        call = f"{TARGET}(\n{_wrap(args, unit, len(indent) + len(unit))}\n)[0]{shape.result}{cast}"
+        call = f"{HELPER}.fusion_attention(\n{_wrap(args, unit, len(indent) + len(unit))}\n){shape.result}{cast}"
         fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
         fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
         return test, fused
@@ -333,7 +335,8 @@ class EagerAttention(FunctionRule, Rule):
         return name if any(bound is p for p in att.probabilities) else None
 
     def _probs_guard(self, view, piece: Slice, name: str) -> Optional[str]:
-        """A run-time condition under which the probabilities are not used afterwards."""
+        """A run-time expression that is true when the probabilities are used afterwards (the fused path runs
+        when it is false)."""
         func = view.func
         end_stmt = piece.block.body[piece.end - 1]
         uses = load_sites_after(func.body, end_stmt, name)
@@ -346,12 +349,12 @@ class EagerAttention(FunctionRule, Rule):
             flags.add(flag)
         else:
             if len(flags) == 1:
-                return f"not {flags.pop()}"
+                return flags.pop()
         returned = uses and all(chain == ("<return>",) for chain in uses)
         star = func.params.star_kwarg.name.value if isinstance(func.params.star_kwarg, cst.Param) else None
         first = func.params.params[0].name.value if func.params.params else None
         if returned and star and first == "module":
-            return f"not {HELPER}.attention_weights_requested({first}, {star})"
+            return f"{HELPER}.attention_weights_requested({first}, {star})"
         return None
 
 

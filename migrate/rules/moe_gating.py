@@ -40,6 +40,7 @@ from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
 from npu_migrate.migrate.rules._normal import number
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._regions import Slice, operand_code, statement_of
 from npu_migrate.migrate.rules._router_region import TEMP, bound, branching, env_after, named, router_slice, tail_of
 from npu_migrate.migrate.rules._router_match import Router, names_a_router, routers_in
@@ -213,11 +214,13 @@ class MoeGating(Rule):
             args = [f"{a}.to({dtype})" if a.startswith("bias=") else a for a in args]
             guard = f"{HELPER}.moe_top_k_fits({', '.join([logits, k, *checks])})"
             call = f"torch_npu.npu_moe_gating_top_k({', '.join([x, k, *args])})"
+        flags = []
         for flag in r.flags:
             text = self._text(piece, flag)
             if text is None:
                 return "the flag of its renormalisation is not available where the router starts"
-            guard += f" and {text}"
+            flags.append(text)
+        guard = sited(guard, flags)
         fused = [f"{w}, {i}, {p} = {call}\n"]
         fused += [f"{i} = {i}.long()\n"] if i != "_" else []
         fused += [f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else []

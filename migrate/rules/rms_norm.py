@@ -12,7 +12,11 @@ the fallback); elsewhere the statements are a guarded region or the expression a
 ``npu_rms_norm`` also takes float16/bfloat16 x with a float32 weight (mixed precision, as under
 autocast); ``npu_glue.rms_norm`` casts its result to the dtype the original returns (x's, or the
 promotion of x's and the weight's, read off the code), so the fusion also happens under AMP. Where
-that dtype depends on a branch (T5) the guard requires equal dtypes. ``torch.nn.RMSNorm`` modules
+that dtype depends on a branch (T5) the guard requires equal dtypes. Gemma's ``1 + weight`` norm runs
+``npu_rms_norm`` with ``1.0 + weight.float()`` as its weight (float32, as the original computes the
+factor), which has a backward on an NPU: ``npu_gemma_rms_norm`` has none, so training would lose
+the fusion; it stays only for a result promoted from x's and the weight's dtypes (inference only).
+``torch.nn.RMSNorm`` modules
 and subclasses are built from ``npu_glue.RMSNorm``, whose forward does the same.
 
 Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
@@ -29,7 +33,7 @@ import libcst as cst
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import code as template
-from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import interior
 from npu_migrate.migrate.rules._rms_norm_match import GENERIC, Mismatch, Norm, has_eps, is_core, match
@@ -226,7 +230,13 @@ class RmsNorm(Rule):
             guards.append(f"{texts['dim']} in (-1, {x}.dim() - 1)")
         shape_kw = f", normalized_shape={shape}" if shape is not None else ""
         gamma = weight or f"{x}.new_ones({shape or f'{x}.shape[-1]'})"
-        if norm.gemma:
+        if norm.gemma and norm.dtype == "x":  # npu_rms_norm with 1 + w as the original computes it: a backward
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
+            fused = f"{HELPER}.rms_norm({x}, 1.0 + {weight}.float(), {eps}, dtype={x}.dtype)"
+        elif norm.gemma and norm.dtype is None:
+            guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw})"
+            fused = f"torch_npu.npu_rms_norm({x}, 1 + {weight}, epsilon={eps})[0]"
+        elif norm.gemma:  # promoted from x's and the weight's dtypes: the inference-only kernel
             guard = f"{HELPER}.gemma_rms_norm_fits({x}, {weight})"
             fused = f"torch_npu.npu_gemma_rms_norm({x}, {weight}, epsilon={eps})[0]"
         elif norm.dtype is None or weight is None:  # equal dtypes only (or no weight: x's dtype)
@@ -236,7 +246,7 @@ class RmsNorm(Rule):
             guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
             dtype = f", dtype={x}.dtype" if norm.dtype == "x" else ""
             fused = f"{HELPER}.rms_norm({x}, {weight}, {eps}{dtype})"
-        return " and ".join([guard, *guards]), fused, message
+        return sited(guard, guards), fused, message
 
     @staticmethod
     def _eps(norm: Norm, text: Optional[str]) -> str:

@@ -4,14 +4,15 @@ Every rotary embedding the dataflow view reads (``_rotary_match``: per-channel t
 ``x * cos + rotate(x) * sin`` in half or interleaved rotation, pair tables as in torchtune's packed
 ``[cos|sin]`` cache, complex ``freqs_cis``) becomes a guarded call of the vendored helper, which
 checks at run time what cannot be proven statically (4-D, dtypes, D even and < 896, a cos/sin shape
-the kernel takes, table values in [-1, 1]) and otherwise runs the original code::
+the kernel takes; never the tables' values: the kernel takes any) and otherwise runs the original code::
 
     q_embed = npu_glue.rotary_mul(q, cos, sin, "half") if npu_glue.rotary_fits(q, cos, sin, "half") else <original>
 
 When the rotation is computed by statements of its own before the sum (litgpt's ``apply_rope``:
 ``x1 = ...; x2 = ...; rotated = torch.cat((-x2, x1), -1)``), those statements move into the
 fallback branch of a guarded region (def-use checked), so the fused path does not compute them.
-Pair and complex tables become per-channel tables in the helper, derived once per table tensor.
+Pair and complex tables become per-channel tables in the helper, derived from their current values
+on every call.
 
 Reported instead (NPU311, with a plan): operands that are not plain names or cheap views (the guard
 reads them twice), complex products the form does not cover, sums over a rotation helper defined
@@ -27,7 +28,7 @@ import libcst as cst
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec
-from npu_migrate.migrate.rules._fused_site import emit, operand_text
+from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._regions import statement_of
 from npu_migrate.migrate.rules._rotary_match import COMPLEX, FULL, Rope, ropes, unmatched
 from npu_migrate.migrate.rules._syntax import code
@@ -159,9 +160,11 @@ class Rotary(Rule):
             elif paired and not rope.paired:
                 fused += ".flatten(-2)"
             how = f"{mode} rotation, pair tables {texts[1]}/{texts[2]} made per-channel once per table"
-        if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
-            guard += f" and {x}.dim() == {rope.rank + 1 if paired else rope.rank}"
         check = guard.split("(")[0]
+        when = []
+        if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
+            when.append(f"{x}.dim() == {rope.rank + 1 if paired else rope.rank}")
+        guard = sited(guard, when)
         subject = cast[0] if cast else x
         message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
         needs = [ImportSpec("torch")] if cast and cast[1].startswith("torch.") else []

@@ -3,8 +3,8 @@
 
 Every precondition of the fused kernel at an SDPA call is a run-time property (rank, dtype, head
 dim, mask dtype and values, ``is_causal`` that is often an expression), so the call keeps its
-arguments and only its function changes: the helper (vendored, part of the diff) converts the
-mask polarity, the top-left causal alignment (sparse_mode 2), the scale default and the dropout
+arguments, gains its site (``site=``: the helper counts what ran there) and changes its function:
+the helper (vendored, part of the diff) converts the mask polarity, the top-left causal alignment (sparse_mode 2), the scale default and the dropout
 probability, and takes GQA natively.
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 import libcst as cst
 
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import ImportSpec
+from npu_migrate.migrate.edits import ImportSpec, code as template
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules.base import Rule
 
 API = "torch.nn.functional.scaled_dot_product_attention"
@@ -31,8 +32,12 @@ class SdpaAttention(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.qualified_name(node.func) != API or self.ctx.is_helper or self.ctx.migrated(node):
             return
+        if any(a.keyword is not None and a.keyword.value == "site" for a in node.args):
+            return
+        holes = {f"a{i}": arg.value for i, arg in enumerate(node.args)}
+        args = [f"{arg.star}{arg.keyword.value + '=' if arg.keyword else ''}{{a{i}}}" for i, arg in enumerate(node.args)]
         self.replace(
-            node.func, cst.Attribute(cst.Name("npu_glue"), cst.Name("sdpa")),
+            node, template(sited(f"npu_glue.sdpa({', '.join(args)})"), **holes),
             f"scaled_dot_product_attention → {TARGET} via npu_glue.sdpa (checked at run time, else the original SDPA)",
             target=TARGET, api=API, imports=[ImportSpec("torch_npu")], helpers=["npu_glue"],
         )

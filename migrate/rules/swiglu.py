@@ -34,8 +34,9 @@ from npu_migrate.migrate.edits import Replace, Splice, code as template
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.parens import atom
 from npu_migrate.migrate.rules._attention_blockers import Blocked
-from npu_migrate.migrate.rules._module_class import never_plain_linear
+from npu_migrate.migrate.rules._fused_site import sited
 from npu_migrate.migrate.rules._regions import _statement_index, enclosing_block, interior
+from npu_migrate.migrate.rules._swiglu_experts import experts_gate, last_statement
 from npu_migrate.migrate.rules._swiglu_match import Gated, gated_in
 from npu_migrate.migrate.rules._syntax import code
 from npu_migrate.migrate.rules.base import Rule
@@ -77,16 +78,20 @@ class SwiGlu(Rule):
             if isinstance(match, Blocked):
                 self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
                 continue
-            problem = self._never_plain(match, view) or self._rewrite(match, view)
+            problem = self._rewrite(match, view)
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
-    def _never_plain(self, m: Gated, view) -> Optional[str]:
-        """Why the two projections can never be the plain nn.Linear modules the fused call needs."""
-        if m.form != "projections":
-            return None
-        return next(filter(None, (never_plain_linear(view, module, self.ctx.module, self.qualified_name)
-                                  for module in m.modules)), None)
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        """An MoE experts class that transformers gates with its library default (``_swiglu_experts``)."""
+        if self.ctx.is_helper or self.ctx.migrated(node):
+            return
+        edit = experts_gate(node, self.qualified_name, self.ctx.module)
+        if edit is not None:
+            self.rewrite(last_statement(node), f"MoE experts {node.name.value}: transformers' grouped_mm/batched_mm gate "
+                                    "(act_fn(gate) * up) → npu_glue.glu_halves (torch_npu.npu_swiglu / npu_geglu, "
+                                    "checked at run time) as its own _apply_gate",
+                         target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
         """The cheap filter before the view is built: the function names an activation (or a split)
@@ -145,14 +150,13 @@ class SwiGlu(Rule):
         else:
             args = [act_text, put("x", m.source), put("gate", m.weights[0]), put("up", m.weights[1])]
             args += [f"equation={m.equation!r}"] if m.equation else []
-            args += [f"dim={m.dim}"] if m.dim != -1 else []
             glu, what = "swiglu_stacked", "gate and up products with two weights"
         if m.form == "halves":
             glu = f"{glu}_halves"
         if missing:
             return f"the {missing[0]} operand is not available where the product is"
         name = {"silu": "SwiGLU", "gelu": "GeGLU", "runtime": "SwiGLU/GeGLU"}[m.kind]
-        return f"{HELPER}.{glu}({', '.join(args + approximate + order)})", holes, f"{name} ({what})"
+        return sited(f"{HELPER}.{glu}({', '.join(args + approximate + order)})"), holes, f"{name} ({what})"
 
     def _act(self, m: Gated):
         """The activation: a value whose code is the callable, "None" for ``F.gelu`` (the helper takes
@@ -280,7 +284,7 @@ class SwiGlu(Rule):
             return made
         text, holes, what = made
         act = self._act(m)
-        guard = f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act}) and {{flag}}"
+        guard = sited(f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act})", ["{flag}"])
         edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
                       [template(f"{target} = {text}\n", **holes)], at_entry=True,
                       unit=self.ctx.indentation(outer)[1])

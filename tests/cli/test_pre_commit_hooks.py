@@ -47,7 +47,8 @@ def test_the_entry_checks_a_repo(tmp_path, hook):
     done = _run_hook(hook, repo)
     assert done.returncode == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED, done.stderr
     assert "Would change 4 files:" in done.stdout and "  train.py (" in done.stdout
-    assert "Needs attention (7 sites):" in done.stdout
+    assert "Needs attention (8 sites):" in done.stdout
+    assert "requirements.txt:1:1: NPU132" in done.stdout  # torch>=2.1: no torch-npu release can be chosen
     assert snapshot(repo) == before  # --check writes nothing, not even a report directory
 
     done = _run_hook(hook, out)  # the migrated tree: nothing left to change, only the reported sites

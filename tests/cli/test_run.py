@@ -5,6 +5,7 @@ import json
 import pytest
 
 from npu_migrate.migrate import exitcodes
+from npu_migrate.migrate.outputs import report_json
 from npu_migrate.opmap import PLANS
 from tests.cli.conftest import GLUE, git, git_init, invoke, snapshot, write_tree
 
@@ -106,13 +107,16 @@ def test_report_json_schema(repo, tmp_path):
     reports = tmp_path / "r"
     invoke(repo, "--out", tmp_path / "out", "--report-dir", reports)
     report = _report(reports)
-    assert report["schema_version"] == 3
+    assert report["schema_version"] == report_json.SCHEMA_VERSION == 4
     assert report["summary"] == {
         "files_scanned": 5, "files_changed": 1, "files_unchanged": 1, "files_skipped": 2, "files_errored": 1,
         "files_other": 3, "files_excluded": 3, "sites_rewritten": 1, "sites_reported": 1, "sites_suppressed": 0,
         "rewrites_by_safety": {"safe": 0, "numerics-changing": 0},
         "by_code": {"NPU001": 1, "NPU901": 1, "NPU902": 1},
+        "files_by_kind": {"python": 5}, "packages_declared": 0,
+        "packages_by_status": {"compatible": 0, "replace": 0, "unsupported": 0, "unlisted": 0}, "environment_sites": 0,
     }
+    assert report["dependencies"] == {"packages": [], "environment": []}
     assert report["excluded"] == [{"path": "build/", "reason": "ignored by .gitignore (pattern 'build/')"},
                                   {"path": "model/__pycache__/", "reason": "bytecode cache"},
                                   {"path": "run.log", "reason": "ignored by .gitignore (pattern '*.log')"}]
@@ -232,3 +236,31 @@ def test_in_place_with_force_keeps_backups(repo, tmp_path):
     assert ".npu()" in (repo / "train.py").read_text()
     assert not (repo / "model/layers.py.orig").exists()
 
+
+
+# -- issue 25: scripts by their shebang, paths over PATH_MAX --------------------------------------------
+def test_a_python_script_without_the_suffix_is_migrated_keeping_its_mode(tmp_path):
+    repo = write_tree(tmp_path / "repo", {"bin/train": "#!/usr/bin/env python3\n" + CUDA, "bin/run.sh": "#!/bin/sh\n"})
+    (repo / "bin/train").chmod(0o755)
+    result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out/bin/train"
+    assert out.read_text() == ("#!/usr/bin/env python3\nimport torch\nimport torch_npu  # noqa: F401\n\n"
+                               "x = torch.zeros(3).npu()\n")
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert "+x = torch.zeros(3).npu()" in (tmp_path / "r/changes.patch").read_text()
+    assert (tmp_path / "out/bin/run.sh").read_text() == "#!/bin/sh\n"
+
+
+def test_a_path_over_path_max_is_reported_and_the_rest_is_migrated(tmp_path):
+    from tests.outputs.test_discovery import _deep
+
+    repo = write_tree(tmp_path / "repo", {"train.py": CUDA})
+    _deep(repo)
+    result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
+    assert result.exit_code == exitcodes.FILE_ERRORS, result.output
+    assert "Traceback" not in result.output
+    errors = [f for f in _report(tmp_path / "r")["files"] if f["status"] == "error"]
+    assert len(errors) == 1 and "NPU020" in errors[0]["error"] and "PATH_MAX" in errors[0]["error"]
+    assert ".npu()" in (tmp_path / "out/train.py").read_text()
+    assert _report(tmp_path / "r")["written"]["not_written"] == []

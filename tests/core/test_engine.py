@@ -1,3 +1,4 @@
+import pytest
 import libcst as cst
 import libcst.matchers as m
 
@@ -98,3 +99,32 @@ def test_disabled_codes_neither_report_nor_rewrite():
         "m.py", b"import torch\nx.cuda(torch.float64)\n")
     assert result.status == "unchanged"
     assert [f.code for f in result.findings] == ["NPU901"]
+
+
+# -- issue 25 item 6: a BOM and every line-ending style kept byte for byte outside rewritten lines ------
+LINES = ["import torch", "", "# a comment", "x = torch.zeros(3).cuda()", "def f(t):", "    return t.cuda()", "y = 1"]
+ENDINGS = {"lf": ["\n"], "crlf": ["\r\n"], "cr": ["\r"], "mixed": ["\n", "\r\n", "\r", "\r\n", "\n", "\r", "\n"]}
+
+
+def _styled(ending: str, last: bool, bom: bool) -> bytes:
+    ends = ENDINGS[ending] * len(LINES)
+    text = "".join(line + end for line, end in zip(LINES, ends))
+    if not last:
+        text = text[:-len(ends[len(LINES) - 1])]
+    return ("\ufeff" if bom else "").encode() + text.encode()
+
+
+@pytest.mark.parametrize("bom", [False, True])
+@pytest.mark.parametrize("last", [True, False])
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_bom_and_line_endings_survive_byte_for_byte(ending, last, bom):
+    data = _styled(ending, last, bom)
+    result = Engine(TABLE, [RenameCuda]).migrate("m.py", data)
+    assert result.status == "changed"
+    out = result.migrated.encode("utf-8")
+    assert out.startswith(b"\xef\xbb\xbf") is bom
+    # the one added line (the import) sits after the first line, ending like the file's first line
+    first_end = ENDINGS[ending][0].encode()
+    head = (b"\xef\xbb\xbf" if bom else b"") + b"import torch" + first_end
+    assert out == head + b"import torch_npu  # noqa: F401" + first_end + data[len(head):].replace(b".cuda()", b".npu()")
+

@@ -28,9 +28,9 @@ import libcst as cst
 import pytest
 
 from npu_migrate.migrate import parens
-from npu_migrate.migrate.apply import Apply, _codes
+from npu_migrate.migrate.apply import Apply
 from npu_migrate.migrate.codegen import code as codegen
-from npu_migrate.migrate.edits import Guarded, Replace
+from npu_migrate.migrate.edits import Guarded, Replace, edit_codes
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.guarded import _placeholder, _text, fill
 from npu_migrate.opmap import load_table
@@ -88,12 +88,12 @@ def emitted():
             pasting.append(path)
         for site in sites:
             for edit in site.edits:
-                kinds = {id(c): "statement" for c in _codes(edit)}
+                kinds = {id(c): "statement" for c in edit_codes(edit)}
                 if isinstance(edit, Guarded):
                     kinds[id(edit.guard)] = "expression"
                 elif isinstance(edit, Replace) and isinstance(edit.node, cst.BaseExpression):
                     kinds[id(edit.new)] = "expression"
-                for c in _codes(edit):
+                for c in edit_codes(edit):
                     key = (c.text, kinds[id(c)])
                     if c.holes and key not in seen:
                         seen.add(key)
@@ -222,7 +222,7 @@ def test_pasted_operands_land_whole(name, emitted, monkeypatch):
         stray = _landed_whole(ast.parse(result.migrated), probes)
         assert not stray, f"{path}: {stray[:5]} not inside their pasted expression:\n{result.migrated}"
         for site in sites:
-            if site.edits and any("__probe" in c.text for e in site.edits for c in _codes(e)):
+            if site.edits and any("__probe" in c.text for e in site.edits for c in edit_codes(e)):
                 landed[site.finding.code] = landed.get(site.finding.code, 0) + 1
     if name in ("conditional", "minus"):  # expressions the fused rules take as cheap operands
         assert set(FUSED) <= set(landed), landed

@@ -114,3 +114,115 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
     shared.mkdir()
     shared.chmod(0o777)
     assert "writable by other users" in unsafe(shared)
+
+
+# -- issue 25 item 1: a cache that cannot be used against its owner ------------------------------------
+INJECTED = "import os\nos.system('echo owned')\n"
+
+
+def _npu203(table, tmp_path):
+    paths = [f"{case}/input.py" for case in CASES if case.startswith("NPU203")]
+    reference = _dump(_run(table, paths, None))
+    cache = _cache(tmp_path / "cache")
+    _run(table, paths, cache)
+    entries = sorted((tmp_path / "cache").rglob("*.json"))
+    assert entries
+    return paths, reference, cache, entries
+
+
+def _forge(entry: Path, cache) -> None:
+    """What a writer with this user's key could do: replace the migrated text and sign it."""
+    from npu_migrate.migrate.cache import _signature
+
+    body = json.loads(entry.read_text())
+    body["result"]["migrated"] = INJECTED
+    body["result"]["status"] = "changed"
+    body["signature"] = _signature(cache.secret, body["result"])
+    entry.write_text(json.dumps(body))
+
+
+def _injected(result) -> bool:
+    return any(f["migrated"] == INJECTED for f in result)
+
+
+def test_a_signed_entry_of_this_user_is_used(table, tmp_path):
+    """The forgery below is effective when nothing refuses it: the tests that follow mean something."""
+    paths, _, cache, entries = _npu203(table, tmp_path)
+    _forge(entries[0], cache)
+    assert _injected(_dump(_run(table, paths, _cache(tmp_path / "cache"))))
+
+
+@pytest.mark.parametrize("attack", ["unsigned", "others_can_write", "directory_others_can_write", "symlink", "fifo",
+                                    "dev_zero", "oversized", "other_owner"])
+def test_entries_someone_else_could_have_written_are_refused(table, tmp_path, attack):
+    import os
+
+    paths, reference, cache, entries = _npu203(table, tmp_path)
+    for entry in entries:
+        if attack == "unsigned":  # the old plain checksum, recomputed by the attacker
+            body = json.loads(entry.read_text())
+            body["result"]["migrated"], body["result"]["status"] = INJECTED, "changed"
+            body["signature"] = __import__("hashlib").sha256(json.dumps(body["result"]).encode()).hexdigest()
+            entry.write_text(json.dumps(body))
+            continue
+        _forge(entry, cache)
+        if attack == "others_can_write":
+            entry.chmod(0o666)
+        elif attack == "directory_others_can_write":
+            entry.parent.chmod(0o777)
+        elif attack == "symlink":
+            elsewhere = tmp_path / "elsewhere" / entry.name
+            elsewhere.parent.mkdir(exist_ok=True)
+            entry.rename(elsewhere)
+            entry.symlink_to(elsewhere)
+        elif attack == "fifo":
+            entry.unlink()
+            os.mkfifo(entry)
+        elif attack == "dev_zero":
+            entry.unlink()
+            entry.symlink_to("/dev/zero")
+        elif attack == "oversized":
+            body = json.loads(entry.read_text())
+            body["padding"] = " " * (cache.max_entry_bytes + 1)  # signed and valid, but over the bound
+            entry.write_text(json.dumps(body))
+        elif attack == "other_owner":
+            if os.geteuid() != 0:
+                pytest.skip("giving a file to another user needs root")
+            os.chown(entry, 65534, 65534)
+    result = _dump(_run(table, paths, _cache(tmp_path / "cache")))
+    assert not _injected(result)
+    assert result == reference
+
+
+def test_cache_directories_are_private_whatever_the_umask(table, tmp_path):
+    import os
+
+    shared = tmp_path / "home-cache"
+    shared.mkdir(mode=0o755)
+    previous = os.umask(0)
+    try:
+        _npu203(table, shared)
+    finally:
+        os.umask(previous)
+    made = [p for p in (shared / "cache").rglob("*")]
+    assert any(p.is_dir() for p in made) and any(p.name == "key" for p in made)
+    for path in [shared / "cache", *made]:
+        mode = path.stat().st_mode & 0o777
+        if path.is_dir():
+            assert mode == 0o700, path
+        else:
+            assert mode & 0o077 == 0, path  # entries and the key: the user's alone
+
+
+def test_the_patch_and_the_tree_come_from_the_one_stored_text(table, tmp_path):
+    """Entries keep no diff: a cached result's patch is made from its migrated text."""
+    from npu_migrate.migrate.outputs.changes import collect_changes
+    from npu_migrate.migrate.outputs.patch import build_patch
+
+    paths, reference, cache, entries = _npu203(table, tmp_path)
+    assert all("diff" not in json.loads(e.read_text())["result"] for e in entries)
+    _forge(entries[0], cache)
+    warm = _run(table, paths, _cache(tmp_path / "cache"))
+    (forged,) = [r for r in warm.files if r.migrated == INJECTED]
+    assert forged.diff is not None and "+os.system('echo owned')" in forged.diff
+    assert "+os.system('echo owned')" in build_patch(collect_changes(warm))

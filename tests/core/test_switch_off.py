@@ -40,7 +40,7 @@ def test_a_native_status_turns_one_fusion_off(tmp_path):
     assert actions["NPU301"].action == "rewritten"  # the other fusion is untouched
     assert actions["NPU302"].action == "reported"
     assert "op table sets pattern.attention.eager to status native" in actions["NPU302"].message
-    assert "torch_npu.npu_fusion_attention(" not in result.migrated.split("def library")[0]
+    assert "npu_glue.fusion_attention(" not in result.migrated.split("def library")[0]
 
 
 def test_turning_off_sdpa_keeps_the_call(tmp_path):

@@ -16,12 +16,13 @@ import pytest
 import torch
 import yaml
 
+from npu_migrate.migrate.parity.spec import load_spec
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "fixtures" / "models"
 DEMO_DIR = ROOT / "fixtures" / "demo"
 MODEL_NAMES = ["llama_gqa", "nanogpt", "bert", "mixtral_moe", "gptj"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-CASE_KEYS = {"name", "factory", "kwargs", "inputs", "dtypes", "train", "output"}
 
 _counter = itertools.count()
 
@@ -321,15 +322,10 @@ def test_case_names_are_unique():
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.parent.name)
 def test_parity_spec_loads_and_its_callables_run(spec):
+    assert load_spec(spec).cases  # parity's own checker: a SpecError names each problem's line
     data = yaml.safe_load(spec.read_text())
-    assert isinstance(data, dict) and list(data) == ["cases"] and data["cases"]
     for case in data["cases"]:
-        assert set(case) <= CASE_KEYS, set(case) - CASE_KEYS
-        assert {"name", "factory", "inputs"} <= set(case)
-        dtypes = case.get("dtypes", ["float32"])
-        assert dtypes and set(dtypes) <= set(DTYPES)
-        assert isinstance(case.get("train", False), bool)
-        assert isinstance(case.get("kwargs", {}), dict)
+        assert set(case.get("dtypes", ["float32"])) <= set(DTYPES)
 
         factory = _resolve(spec.parent, case["factory"])
         torch.manual_seed(0)

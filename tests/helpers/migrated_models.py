@@ -1,6 +1,7 @@
 """Migrated models beside their originals, in this process, under the emulated NPU.
 
-``migrated_models(workdir)`` runs ``migrate run`` on the demo repo (``fixtures/demo``) and on the
+``migrated_models(workdir)`` runs ``migrate run`` on the demo repo (``fixtures/demo``), the nanoGPT
+fixture (``fixtures/models/nanogpt``, its explicit attention over a causal buffer) and on the
 installed ``transformers`` llama and mixtral model directories (copied into ``workdir``; the
 installed package is never written), then, inside ``kernels.emulate()``, imports each migrated
 module under a name of its own beside the original and yields one ``Pair`` per model: builders of
@@ -44,6 +45,7 @@ from tests.helpers.support import KERNELS  # noqa: F401 - re-exported for benchm
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "demo"
+NANOGPT = ROOT / "fixtures" / "models" / "nanogpt"
 SEED = 0
 _sessions = itertools.count()  # module names of their own for each migrated_models() (they may nest)
 
@@ -115,6 +117,28 @@ def _demo(workdir: Path, emission: str, loaded: list, session: int) -> Pair:
                 DEMO / "tinyllama", out / "tinyllama", layers=packages["original"].ModelArgs().n_layers, depth="n_layers")
 
 
+def _nanogpt(workdir: Path, emission: str, loaded: list, session: int) -> Pair:
+    """nanoGPT with ``flash=False``: the attention masks its scores with a slice of a causal buffer."""
+    out = migrate_tree(NANOGPT, workdir / "nanogpt", emission)
+    names = [f"npu_migrate_test_{side}{session}_nanogpt" for side in ("original", "glue", "migrated")]
+    loaded += names
+    original = _load(names[0], NANOGPT / "model.py", "")
+    glue = _load(names[1], out / "npu_glue.py", "")
+    before = sys.modules.get("npu_glue")
+    sys.modules["npu_glue"] = glue  # the migrated file's `import npu_glue` binds this copy
+    try:
+        migrated = _load(names[2], out / "model.py", "")
+    finally:
+        if before is None:
+            sys.modules.pop("npu_glue", None)
+        else:
+            sys.modules["npu_glue"] = before
+    inputs = lambda: original.make_inputs(SEED)  # noqa: E731 - with targets: full logits and the loss
+    return Pair("nanoGPT (explicit attention)", lambda **c: original.build_model(flash=False, dropout=0.0, **c),
+                lambda **c: migrated.build_model(flash=False, dropout=0.0, **c), inputs, NANOGPT, out,
+                layers=original.GPTConfig.n_layer, depth="n_layer")
+
+
 def _hf_maker(build: Callable[[], torch.nn.Module], module, **fixed) -> Callable[..., torch.nn.Module]:
     """A builder of the factory's model class, taken from ``module``, with config fields changed."""
 
@@ -166,7 +190,7 @@ def _transformers(workdir: Path, emission: str, loaded: list, session: int, atta
 
 @contextlib.contextmanager
 def migrated_models(workdir: Path, emission: str = "current") -> Iterator[Dict[str, Pair]]:
-    """``{"demo", "llama", "mixtral", "mixtral-batched": Pair}``, valid inside the ``with`` block."""
+    """``{"demo", "nanogpt", "llama", "mixtral", "mixtral-batched": Pair}``, valid inside the ``with`` block."""
     import torch._dynamo  # noqa: F401 - before the emulator patches torch (see below)
 
     loaded: list = []  # module names
@@ -180,6 +204,7 @@ def migrated_models(workdir: Path, emission: str = "current") -> Iterator[Dict[s
         try:
             session = next(_sessions)
             pairs = {"demo": _demo(workdir, emission, loaded, session),
+                     "nanogpt": _nanogpt(workdir, emission, loaded, session),
                      **_transformers(workdir, emission, loaded, session, attach)}
             yield pairs
         finally:

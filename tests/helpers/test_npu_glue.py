@@ -108,7 +108,8 @@ def test_can_fuse_checks_masks(glue):
     minimum = torch.finfo(torch.float32).min
     assert glue.can_fuse(q, k, v, additive=torch.zeros(2, 1, 1, 3))
     assert not glue.can_fuse(q, k, v, additive=torch.full((2, 1, 1, 3), -1.0))  # a bias, not a mask
-    assert not glue.can_fuse(q, k, v, additive=torch.full((2, 1, 1, 3), minimum))  # every row dead
+    assert glue.can_fuse(q, k, v, additive=torch.full((2, 1, 1, 3), minimum))  # every row dead: fixed on the device
+    assert not glue.can_fuse(q.half(), k.half(), v.half(), additive=torch.full((2, 1, 1, 3), -65504.0).half())
     assert not glue.can_fuse(q, k, v, additive=torch.zeros(2, 1, 1, 4))  # does not broadcast
     assert glue.can_fuse(q, k, v, causal=torch.ones(1, 1, 3, 3))
     assert not glue.can_fuse(q, k, v, causal=torch.ones(1, 1, 1, 1))  # broadcasts, but is not causal
@@ -137,4 +138,4 @@ def test_imports_only_torch_torch_npu_math():
     tree = ast.parse(GLUE.read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert roots <= {"torch", "torch_npu", "math", "functools", "sys"}
+    assert roots <= {"torch", "torch_npu", "math", "functools", "logging", "os", "sys"}

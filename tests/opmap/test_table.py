@@ -146,3 +146,103 @@ def test_migrate_run_exits_32_with_the_problem(tmp_path):
     assert result.exit_code == exitcodes.CONFIG_ERROR
     assert f"{table}:1: YAML tag !!python/object/apply:os.system is not allowed" in result.output.replace("\n", "")
     assert not (tmp_path / "out").exists()
+
+
+# -- the package and environment tables (sections of the same files, the same loader) -----------------
+PACKAGES = """
+packages:
+  - package: flash-attn
+    status: replace
+    code: NPU130
+    replacement: torch_npu.npu_fusion_attention
+    reason: CUDA kernels
+    source: https://example.org/flash-attn
+    fallback: {plan: replace-library, detail: drop it}
+"""
+
+
+def test_sections_load_with_their_source_lines(tmp_path):
+    from npu_migrate.opmap import load_sections
+
+    sections = load_sections(write(tmp_path, PACKAGES + """
+environment:
+  - {kind: variable, name: CUDA_VISIBLE_DEVICES, status: rename, target: ASCEND_RT_VISIBLE_DEVICES, code: NPU221,
+     values: device-ids, reason: r, source: s, fallback: {plan: manual, detail: d}}
+"""))
+    (package,), (env,) = sections.packages, sections.environment
+    assert (package.package, package.replacement, package.origin.endswith("ops.yaml:2")) == (
+        "flash-attn", "torch_npu.npu_fusion_attention", True)
+    assert env.values.admits("0,1,3") and not env.values.admits("3,1") and not env.values.admits("-1")
+
+
+@pytest.mark.parametrize("record, line, problem", [
+    ("  - {package: Flash_Attn, status: compatible, reason: r, source: s}\n", 3, "normalised"),
+    ("  - {package: apex, status: replace, code: NPU130, reason: r, source: s, fallback: {plan: manual, detail: d}}\n",
+     3, "needs a replacement"),
+    ("  - {package: apex, status: unsupported, reason: r, source: s}\n", 3, "needs a diagnostic code"),
+    ("  - {package: deepspeed, status: compatible, version: 'newer', code: NPU136, reason: r, source: s,"
+     " fallback: {plan: manual, detail: d}}\n", 3, "PEP 440"),
+    ("  - {package: apex, status: replace, code: NPU130, replacement: x, reason: r, fallback: {plan: manual, detail: d}}\n",
+     3, "missing required key 'source'"),
+])
+def test_package_record_problems_name_file_and_line(tmp_path, record, line, problem):
+    error = error_of(write(tmp_path, "packages:\n  - {package: numpy, status: compatible, reason: r, source: s}\n"
+                           + record))
+    assert error.line == line and problem in error.problem, error
+
+
+def test_environment_record_problems_name_file_and_line(tmp_path):
+    error = error_of(write(tmp_path, "environment:\n  - {kind: variable, name: X, status: rename, code: NPU222,"
+                                     " values: 'sometimes', reason: r, source: s, target: Y,"
+                                     " fallback: {plan: manual, detail: d}}\n"))
+    assert error.line == 2 and "values 'sometimes'" in error.problem
+    error = error_of(write(tmp_path, "environment:\n  - {kind: file, name: X, status: report, code: NPU133,"
+                                     " reason: r, source: s, fallback: {plan: manual, detail: d}}\n", "b.yaml"))
+    assert error.line == 2 and "kind 'file'" in error.problem
+
+
+def test_a_repeated_package_key_is_an_error_and_a_later_file_overrides(tmp_path):
+    error = error_of(write(tmp_path, PACKAGES + PACKAGES.split("packages:\n")[1]))
+    assert error.line == 9 and "package 'flash-attn' is defined twice (first at line 2)" in error.problem
+    override = write(tmp_path, "packages:\n  - {package: flash-attn, status: compatible, reason: mine, source: me}\n",
+                     "mine.yaml")
+    table = load_table([override])
+    assert table.package("flash_attn").status == "compatible" and table.package("Flash-Attn").reason == "mine"
+
+
+def test_lookups_prefer_exact_names_then_the_most_specific_glob():
+    table = load_table()
+    assert table.package("nvidia-ml-py").package == "nvidia-ml-py"
+    assert table.package("nvidia-cudnn-cu12").package == "nvidia-*"
+    assert table.package("torch", "cu121").local == "cu*" and table.package("torch", "cpu").status == "compatible"
+    assert table.package("torch-scatter", "pt24cu121").code == "NPU131"
+    assert table.environment("variable", "NCCL_DEBUG").name == "NCCL_DEBUG"
+    assert table.environment("variable", "TORCH_NCCL_ASYNC_ERROR_HANDLING").name == "*NCCL_ASYNC_ERROR_HANDLING"
+    assert table.environment("variable", "NCCL_P2P_DISABLE").name == "*NCCL*"
+    assert table.environment("variable", "MASTER_ADDR") is None
+    assert table.index("https://download.pytorch.org/whl/cu121/").code == "NPU131"
+    assert table.index("https://download.pytorch.org/whl/cpu") is None
+
+
+def test_every_package_and_environment_record_names_its_source():
+    table = load_table()
+    for record in [*table.packages(), *table.indexes(), *table.environment_records()]:
+        assert record.source.strip() and (record.source.startswith("http") or "§" in record.source
+                                          or "/" in record.source), record
+
+
+def test_the_torch_npu_release_table_is_consistent():
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from npu_migrate.opmap.reference import torch_npu_releases
+
+    releases = torch_npu_releases()
+    assert releases["2.14.0"].torch_npu == "2.14.0"  # torch_npu_facts.md: torch_npu 2.14.0 for torch 2.14
+    for torch, line in releases.items():
+        for release in (line.torch_npu, *line.others):
+            assert Version(release).public.startswith(torch), (torch, release)  # torch-npu X.Y.Z(.postN) is for X.Y.Z
+        assert line.torch_npu not in line.others and set(line.cann) <= {line.torch_npu, *line.others}
+        for requirement in line.requires.values():
+            name, _, spec = requirement.partition("==")
+            assert name == "torch" and Version(torch) in SpecifierSet("==" + spec.split("+")[0]), requirement

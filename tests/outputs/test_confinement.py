@@ -46,6 +46,28 @@ def test_a_report_dir_that_is_path_above_it_or_holds_other_files_is_refused(repo
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("where", ["repo/.cache", "repo", "out/c", "r/cache"])
+def test_a_cache_dir_in_path_or_an_output_is_refused(repo, tmp_path, where):
+    """Issue 25 item 1: a cache inside PATH would be written there (and left after --revert)."""
+    before = snapshot(repo)
+    result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r", "--cache-dir", tmp_path / where)
+    assert result.exit_code == exitcodes.CONFIG_ERROR and "the cache directory" in result.stderr
+    assert "overlaps" in result.stderr
+    assert snapshot(repo) == before and not (tmp_path / "out").exists() and not (tmp_path / "r").exists()
+
+
+def test_a_default_cache_in_path_is_not_used(repo, tmp_path, monkeypatch):
+    git_init(repo)
+    monkeypatch.setenv("NPU_MIGRATE_CACHE_DIR", str(repo / ".cache" / "npu-migrate"))
+    result = invoke(repo, "--in-place", "--report-dir", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    assert "running without the cache" in result.stderr and not (repo / ".cache").exists()
+    reverted = invoke(repo, "--in-place", "--revert", "--report-dir", tmp_path / "r")
+    assert reverted.exit_code == 0, reverted.output
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""  # the tree is clean again: nothing of the cache was left in it
+
+
 def test_a_new_report_dir_inside_path_is_allowed_and_left_out_of_the_migration(repo, tmp_path):
     """CI keeps its reports in the checkout: ``--report-dir reports`` inside PATH, run after run."""
     for _ in range(2):  # the second run finds the first one's reports there

@@ -81,3 +81,63 @@ def test_fifos_are_excluded_with_a_reason(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     files = discover(tmp_path)
     assert [(e.path, e.reason.split(" (")[0]) for e in files.excluded] == [("pipe", "not a regular file")]
+
+
+# -- issue 25: scripts found by content; paths over PATH_MAX reported ------------------------------------
+@pytest.mark.parametrize("name, head, mode, python", [
+    ("train", b"#!/usr/bin/env python3\nimport torch\n", 0o755, True),
+    ("serve", b"#!/usr/bin/python3.11 -u\r\nimport torch\r\n", 0o644, True),
+    ("tool", b"#! /usr/bin/env -S python3 -X dev\n", 0o755, True),
+    ("unset", b"#!/usr/bin/env -u PYTHONPATH python\n", 0o755, True),
+    ("launch.sh", b"#!/usr/bin/env python\n", 0o755, True),  # executable: its suffix does not decide
+    ("notes.txt", b"#!/usr/bin/env python\n", 0o644, False),  # a suffix and not executable: not a script
+    ("build", b"#!/bin/bash\npython train.py\n", 0o755, False),
+    ("ruby", b"#!/opt/pythonic/bin/ruby\n", 0o755, False),
+    ("data", b"import torch\n", 0o644, False),  # no #! line: nothing says it is Python
+])
+def test_python_scripts_are_found_by_their_shebang(tmp_path, name, head, mode, python):
+    (tmp_path / name).write_bytes(head)
+    (tmp_path / name).chmod(mode)
+    files = discover(tmp_path)
+    assert (name in files.python) is python and (name in files.other) is not python
+
+
+def test_a_script_link_or_fifo_is_never_read_for_its_shebang(tmp_path):
+    (tmp_path / "real").write_bytes(b"#!/usr/bin/env python\n")
+    os.symlink("real", tmp_path / "alias")
+    os.mkfifo(tmp_path / "pipe")  # opening it for its first line would block
+    files = discover(tmp_path)
+    assert files.python == ["real"] and "alias" in files.other
+
+
+def _deep(root, levels=22, name="d" * 200):
+    """root/ddd.../ddd.../deep.py, past PATH_MAX, made one directory at a time (relative opens)."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(levels):
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        out = os.open("deep.py", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, b"import torch\nx = torch.zeros(3).cuda()\n")
+        os.close(out)
+    finally:
+        os.close(fd)
+    return name
+
+
+@pytest.mark.parametrize("in_git", [False, True])
+def test_paths_over_path_max_are_reported_and_the_rest_goes_on(tmp_path, in_git):
+    from npu_migrate.migrate.discovery import PATH_MAX
+
+    _tree(tmp_path, ["a.py"])
+    name = _deep(tmp_path)
+    if in_git:
+        subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    files = discover(tmp_path)
+    assert files.python == ["a.py"] and not files.unlistable
+    (long,) = files.too_long
+    assert long.path.startswith(name) and "PATH_MAX" in long.reason  # (git cuts its warning's path short)
+    if not in_git:
+        assert long.path.endswith("/") and len(os.fsencode(str(tmp_path / long.path))) >= PATH_MAX

@@ -43,7 +43,7 @@ def test_the_page_holds_the_same_counts_and_every_finding(demo):
     page = (reports / "report.html").read_text()
     cards = dict(re.findall(r'data-card="([^"]+)"><div class="value">([^<]+)<', page))
     s = report["summary"]
-    assert cards["Python files scanned"] == str(s["files_scanned"]) and cards["changed"] == str(s["files_changed"])
+    assert cards["Python files scanned"] == str(s["files_by_kind"]["python"]) and cards["changed"] == str(s["files_changed"])
     assert cards["unchanged"] == str(s["files_unchanged"]) and cards["skipped (nothing to migrate)"] == str(s["files_skipped"])
     assert cards["sites rewritten"] == str(s["sites_rewritten"]) and cards["need attention"] == str(s["sites_reported"])
     assert cards["numerics-changing"] == str(s["rewrites_by_safety"]["numerics-changing"])

@@ -46,8 +46,11 @@ def test_counts_add_up(demo):
     repo, _, report = demo
     s = report["summary"]
     assert s["files_changed"] + s["files_unchanged"] + s["files_skipped"] + s["files_errored"] == s["files_scanned"]
-    assert s["files_scanned"] == len(report["files"]) == len(list(repo.rglob("*.py")))
-    assert s["files_other"] == sum(1 for p in repo.rglob("*") if p.is_file() and p.suffix != ".py")
+    assert s["files_scanned"] == len(report["files"]) == sum(s["files_by_kind"].values())
+    assert s["files_by_kind"]["python"] == len(list(repo.rglob("*.py")))
+    declared = [f["path"] for f in report["files"] if f["kind"] != "python"]
+    assert declared == ["requirements.txt"]  # the demo's one dependency file
+    assert s["files_other"] == sum(1 for p in repo.rglob("*") if p.is_file() and p.suffix != ".py") - len(declared)
     assert sum(s["by_code"].values()) == len(report["findings"])
     assert s["sites_rewritten"] + s["sites_reported"] + s["sites_suppressed"] == len(report["findings"])
 

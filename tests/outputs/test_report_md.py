@@ -16,7 +16,7 @@ def site(path, line, code="NPU303", action="reported", message="attention the ke
 
 def report(findings, files=None, **extra) -> dict:
     files = files or [{"path": p, "status": "changed", "error": None} for p in sorted({f["path"] for f in findings})]
-    return {"schema_version": 3, "summary": summarize(files, findings, 0), "files": files, "findings": findings,
+    return {"schema_version": 4, "summary": summarize(files, findings, 0), "files": files, "findings": findings,
             "excluded": [], "written": None, "new_files": [], "new_dependencies": [], **extra}
 
 
@@ -52,3 +52,18 @@ def test_the_parity_result_new_files_and_dependencies_are_shown():
     assert "layers.0.input_layernorm" in text
     assert "new file `pkg/npu_glue.py`: the helper module" in text and "new dependency `torch_npu`, imported by 1 file (`a.py`)" in text
     assert "torch-npu" in text
+
+
+def test_a_large_dependency_matrix_keeps_every_flagged_package_and_stays_under_the_limit():
+    rows = [{"name": f"pkg-{i:04d}", "status": "compatible", "replacement": None, "codes": [],
+             "declared": [{"path": "requirements.txt", "line": i + 1, "spec": f"pkg-{i:04d}>=1.0" + "x" * 40,
+                           "group": "requirements"}]} for i in range(3000)]
+    rows.append({"name": "zz-flash-attn", "status": "replace", "replacement": "torch_npu.npu_fusion_attention",
+                 "codes": ["NPU130"], "declared": [{"path": "requirements.txt", "line": 3001,
+                                                    "spec": "flash-attn", "group": "requirements"}]})
+    settings = [{"name": "CUDA_VISIBLE_DEVICES", "code": "NPU221", "action": "rewritten", "path": f"s{i}.sh",
+                 "line": 2, "target": "ASCEND_RT_VISIBLE_DEVICES", "message": "m"} for i in range(2000)]
+    text = report_md.render(report([], dependencies={"packages": rows, "environment": settings}))
+    assert len(text) <= report_md.MAX_CHARS
+    assert "| `zz-flash-attn` | replace |" in text  # a package to act on is never cut
+    assert "more compatible or unlisted packages" in text and "more settings" in text

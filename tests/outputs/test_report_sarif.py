@@ -292,3 +292,28 @@ def test_reports_on_installed_transformers_models_are_valid(tmp_path, model):
         original = (source / change["artifactLocation"]["uri"]).read_text()
         assert _apply(original, change["replacements"]) != original
     assert "<!DOCTYPE html>" in (reports / "report.html").read_text()
+
+
+def test_a_long_run_of_rewritten_lines_gives_each_site_its_own_line(tmp_path):
+    """A generated file whose every line is rewritten is one run of the diff: each site's fix is its
+    own line (the added import goes with the first), so the fixes grow with the sites, not with
+    their square; a long run whose lines do not pair up stays whole."""
+    n = 200
+    old = "import torch\n" + "".join(f"y{i} = torch.zeros({i}).cuda()\n" for i in range(n))
+    new = "import torch\nimport torch_npu\n" + "".join(f"y{i} = torch.zeros({i}).npu()\n" for i in range(n))
+    repo = write_tree(tmp_path / "repo", {"m.py": old})
+    diffs = {d.path: d for d in parse_patch(build_patch([Change("m.py", old, new)]))}
+    report = synthetic_report([finding("NPU203", "m.py", i + 2, "rewritten", f"y{i}") for i in range(n)])
+    results = report_sarif.build(report, repo, diffs, {"m.py": old})["runs"][0]["results"]
+    replacements = [rep for r in results for fix in r["fixes"] for c in fix["artifactChanges"]
+                    for rep in c["replacements"]]
+    assert len(replacements) == n
+    assert _apply(old, replacements) == new
+    assert results[7]["fixes"][0]["artifactChanges"][0]["replacements"][0]["insertedContent"]["text"] == \
+        "y7 = torch.zeros(7).npu()\n"
+
+    unlike = "import torch\n" + "".join(f"z{i} = completely_different_{i} * {i}\n" for i in range(n))
+    diffs = {d.path: d for d in parse_patch(build_patch([Change("m.py", old, unlike)]))}
+    results = report_sarif.build(report, repo, diffs, {"m.py": old})["runs"][0]["results"]
+    (whole,) = results[7]["fixes"][0]["artifactChanges"][0]["replacements"]
+    assert whole["insertedContent"]["text"] == "".join(unlike.splitlines(keepends=True)[1:])

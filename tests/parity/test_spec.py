@@ -120,3 +120,106 @@ def test_file_references_may_not_climb_out_of_tree_and_spec(tmp_path):
                               "beside the spec, not above them ('..' leaves both)"]
     (case,) = load_spec(write(tmp_path, "cases:\n" + CASE.replace("'m.py:f'", "'pkg/../m.py:f'"))).cases
     assert case.factory == Ref("m.py", "f")
+
+
+def test_train_defaults_and_mapping(tmp_path):
+    from npu_migrate.migrate.parity.changes import CHANGES
+    from npu_migrate.migrate.parity.spec import Training
+
+    spec = load_spec(write(tmp_path, "cases:\n" + CASE.replace("}", ", train: true, changes: all}")
+                           + CASE.replace("name: a", "name: b").replace(
+                               "}", ", train: {optimizers: [sgd, adamw-forloop], steps: 5, lr: 0.1, loss: mean_square},"
+                                    " changes: [tie, flat-write]}")))
+    a, b = spec.cases
+    assert a.train == Training(("adamw-foreach", "adamw-fused"), 3, 1e-3, "projection")
+    assert a.changes == tuple(CHANGES)
+    assert b.train == Training(("sgd", "adamw-forloop"), 5, 0.1, "mean_square") and b.changes == ("tie", "flat-write")
+    (c,) = load_spec(write(tmp_path, "cases:\n" + CASE.replace("}", ", train: false}"))).cases
+    assert c.train is None and c.changes == ()
+
+
+def test_train_and_changes_problems_name_their_line(tmp_path):
+    path = write(tmp_path, """\
+cases:
+  - name: a
+    factory: m.py:f
+    inputs: m.py:g
+    train:
+      optimizers: [adamw-fused, adam]
+      steps: 0
+      lr: -1
+      loss: l1
+      momentum: 0.9
+    changes: [tie, data-writes, tie]
+  - name: b
+    factory: m.py:f
+    inputs: m.py:g
+    train: yes please
+    changes: some
+  - name: c
+    factory: m.py:f
+    inputs: m.py:g
+    train: {optimizers: adamw-fused, steps: 2.5}
+""")
+    found = problems(path)
+    assert found == [
+        f"{path}:10: unknown key 'momentum' in train (allowed: optimizers, steps, lr, loss)",
+        f"{path}:6: unknown optimizer 'adam' (known: adamw-foreach, adamw-fused, adamw-forloop, sgd)",
+        f"{path}:7: steps must be an integer from 1 to 100, got 0",
+        f"{path}:8: lr must be positive, got -1.0",
+        f"{path}:9: loss must be one of projection, mean_square, got 'l1'",
+        f"{path}:11: unknown change 'data-writes' (known: data-write, foreach, load-state-dict, nn-init, set, tie, "
+        "half-round-trip, parameter-swap, flat-write, buffer-fill, buffer-data)",
+        f"{path}:11: a change is listed twice",
+        f"{path}:15: train must be true, false or a mapping of optimizers, steps, lr, loss, got 'yes please'",
+        f"{path}:16: changes must be 'all' or a non-empty list of data-write, foreach, load-state-dict, nn-init, set, "
+        "tie, half-round-trip, parameter-swap, flat-write, buffer-fill, buffer-data",
+        f"{path}:20: optimizers must be a non-empty list of adamw-foreach, adamw-fused, adamw-forloop, sgd",
+        f"{path}:20: steps must be an integer from 1 to 100, got 2.5",
+    ]
+
+
+def test_train_and_changes_of_the_wrong_type_are_problems_not_crashes(tmp_path):
+    path = write(tmp_path, """\
+cases:
+  - name: a
+    factory: m.py:f
+    inputs: m.py:g
+    train: {optimizers: [[adamw-fused]], loss: [projection], lr: .inf}
+    changes: [{tie: 1}]
+""")
+    assert problems(path) == [
+        f"{path}:5: unknown optimizer ['adamw-fused'] (known: adamw-foreach, adamw-fused, adamw-forloop, sgd)",
+        f"{path}:5: lr must be a finite number, got inf",
+        f"{path}:5: loss must be one of projection, mean_square, got ['projection']",
+        f"{path}:6: unknown change {{'tie': 1}} (known: data-write, foreach, load-state-dict, nn-init, set, tie, "
+        "half-round-trip, parameter-swap, flat-write, buffer-fill, buffer-data)",
+    ]
+
+
+# -- issue 25 item 7: a time limit per case and a size cap on declared inputs ------------------------------
+def test_a_case_may_set_its_time_limit(tmp_path):
+    spec = load_spec(write(tmp_path, """\
+cases:
+  - {name: a, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: 90}
+  - {name: b, factory: model.py:build, inputs: {x: {shape: [2, 3]}}}
+"""))
+    assert [c.timeout for c in spec.cases] == [90.0, None]
+    found = problems(write(tmp_path, """\
+cases:
+  - {name: a, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: 0}
+  - {name: b, factory: model.py:build, inputs: {x: {shape: [2, 3]}}, timeout: soon}
+"""))
+    assert any(p.endswith(":2: timeout must be a positive number of seconds, got 0") for p in found), found
+    assert any(":3: timeout" in p for p in found), found
+
+
+def test_declared_inputs_are_capped(tmp_path):
+    (found,) = problems(write(tmp_path, """\
+cases:
+  - name: a
+    factory: model.py:build
+    inputs: {ids: {shape: [2, 16], dtype: int64, high: 10}, x: {shape: [100000, 100000]}}
+"""))
+    assert ":4: input 'x' of shape [100000, 100000] has 10,000,000,000 elements, over the cap of 67,108,864" in found
+    load_spec(write(tmp_path, "cases:\n  - {name: a, factory: model.py:build, inputs: {x: {shape: [8192, 8192]}}}\n"))

@@ -16,6 +16,9 @@ pytest.importorskip("transformers")
 ATTENTION = ("eager_attention_forward", "NPU302", "torch_npu.npu_fusion_attention")
 ROTARY = ("apply_rotary_pos_emb", "NPU310", "torch_npu.npu_rotary_mul")  # found twice: q and k
 EXPERTS = ("MixtralExperts.forward", "NPU330", "torch_npu.npu_swiglu")  # gate_up(x).chunk(2)
+# the gate of transformers' default experts path (grouped_mm), an _apply_gate of the class's own added
+# after its last statement (the end of forward), where the finding points
+EXPERTS_GATE = ("MixtralExperts.forward", "NPU330", "torch_npu.npu_swiglu")
 ROUTER = ("MixtralTopKRouter.forward", "NPU340", "torch_npu.npu_moe_gating_top_k_softmax")
 # the auxiliary load-balancing loss reads the probabilities: they come from the v2 kernel (not on the
 # forward path parity runs, so its kernel is not expected to run there)
@@ -42,12 +45,12 @@ EXPECTED = {
     "bert": {"modeling_bert.py": [ATTENTION]},
     "mixtral": {
         "modeling_mixtral.py": [
-            EXPERTS, ROUTER,
+            EXPERTS, EXPERTS_GATE, ROUTER,
             ("MixtralRMSNorm.forward", "NPU320", "torch_npu.npu_rms_norm"),
             ROTARY, ROTARY, ATTENTION, AUX_LOSS,
         ],
         # the modular source the modeling file is generated from: only the classes it redefines
-        "modular_mixtral.py": [EXPERTS, ROUTER, AUX_LOSS],
+        "modular_mixtral.py": [EXPERTS, EXPERTS_GATE, ROUTER, AUX_LOSS],
     },
     "t5": {"modeling_t5.py": [
         ("T5LayerNorm.forward", "NPU320", "torch_npu.npu_rms_norm"),  # RMSNorm without mean subtraction

@@ -112,8 +112,14 @@ def test_causal_buffer_attention_is_equal(table, npu, dtype):
     x = rand(2, 7, 32, dtype=dtype)
     npu.clear()
     got = migrated(x)
-    assert len(npu) == 1 and npu[0]["sparse_mode"] == 2
+    # the buffer's current values are the kernel's mask, never the causal sparse mode it was built for
+    assert len(npu) == 1 and npu[0].get("sparse_mode", 0) == 0
+    assert torch.equal(npu[0]["atten_mask"][0, 0], ~torch.ones(7, 7, dtype=torch.bool).tril())
     close(got, original(x), dtype, table)
+    for model in (original, migrated):  # a prefix-LM fills its buffer after __init__
+        model.bias.fill_(1)
+    close(migrated(x), original(x), dtype, table)
+    assert len(npu) == 2 and not npu[1]["atten_mask"].any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,6 +8,7 @@ import pytest
 
 from npu_migrate.migrate import diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.files.codes import DECLARATIONS as FILE_CODES
 from npu_migrate.migrate.rules import all_rules
 from npu_migrate.migrate.rules.base import Rule
 
@@ -17,7 +18,7 @@ RULE_CODES = [d for rule in all_rules() for d in rule.declarations]
 
 def test_every_code_has_its_own_declared_name_and_summary():
     declared = diagnostics.declarations()
-    assert set(declared) == set(diagnostics.TOOL_CODES) | {d.code for d in RULE_CODES}
+    assert set(declared) == set(diagnostics.TOOL_CODES) | {d.code for d in RULE_CODES} | {d.code for d in FILE_CODES}
     for code, d in declared.items():
         assert d.code == code and d.summary.strip() and d.name.strip(), code
     names = [d.name for d in declared.values()]

@@ -305,16 +305,24 @@ def test_rms_norm_one_dimensional_input_falls_back(npu, norms):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gemma_norm_is_fused_only_without_autograd(npu, norms, dtype):
+def test_gemma_norm_runs_npu_rms_norm_with_one_plus_w_in_training_too(npu, norms, dtype):
+    """npu_gemma_rms_norm has no backward on an NPU; npu_rms_norm with 1 + w (float32, as the
+    original computes the factor) has one: inference and training fuse, gradients as the original's."""
     before, after = twins(*norms, "GemmaRMSNorm", 16, dtype=dtype)
     x = sample(2, 16, dtype=dtype, seed=3)
-    with counting(npu, "npu_gemma_rms_norm") as calls, torch.no_grad():
+    with counting(npu, "npu_rms_norm", "npu_gemma_rms_norm") as calls, torch.no_grad():
         got = after(x)
-    assert sum(calls.values()) == 1
+    assert calls == {"npu_rms_norm": 1, "npu_gemma_rms_norm": 0}
     torch.testing.assert_close(got.float(), before(x).float(), **tolerance("npu_gemma_rms_norm", dtype))
-    with counting(npu, "npu_gemma_rms_norm") as calls:
-        after(x.requires_grad_()).sum().backward()  # the kernel has no backward: the original runs
-    assert not sum(calls.values()) and after.weight.grad is not None
+    grads = []
+    for model in (before, after):
+        inputs = x.clone().requires_grad_()
+        with counting(npu, "npu_rms_norm") as calls:
+            model(inputs).float().square().sum().backward()
+        grads.append((inputs.grad, model.weight.grad, dict(calls)))
+    assert grads[1][2] == {"npu_rms_norm": 1}
+    for want, got in zip(grads[0][:2], grads[1][:2]):
+        torch.testing.assert_close(got.float(), want.float(), **tolerance("npu_gemma_rms_norm", dtype))
 
 
 GATED = '''

@@ -1,7 +1,7 @@
 """What the harness ``parity init`` writes imports at run time (in each parity worker process).
 
-``tree_module(path, package)``: the module of a file of the tree under test. The worker runs in the
-tree (its working directory, first on ``sys.path``); a file inside packages is imported by its
+``tree_module(path, package)``: the module of a file of the tree under test (``TREE``, set by the
+parity worker, whose working directory is a scratch directory; the working directory otherwise). A file inside packages is imported by its
 dotted name from the first directory above it that is no package. When the tree itself is a
 package (``migrate run`` was given a package directory; its migrated copy has another name), it is
 imported under the original package's name. When a package's ``__init__`` cannot be imported (it
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import torch
+
+TREE: Optional[Path] = None  # the tree under test of this process (set by the parity worker)
 
 
 def _forget(top: str) -> None:
@@ -52,7 +54,7 @@ def _package(name: str, folder: Path) -> None:
 
 
 def tree_module(path: str, package: Optional[str] = None) -> types.ModuleType:
-    tree = Path.cwd()
+    tree = TREE or Path.cwd()
     parts = list(Path(path).with_suffix("").parts)
     depth = len(parts) - 1  # folders above the file that are packages: count down to the first that is not
     while depth > 0 and (tree.joinpath(*parts[:depth]) / "__init__.py").is_file():
