@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import libcst as cst
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -14,7 +15,9 @@ from typer.testing import CliRunner
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.init import InitError, init_parity
+from npu_migrate.migrate.parity.init.masks import mask_style
 from npu_migrate.migrate.parity.init.sizes import choose, group, keep_divisions
+from npu_migrate.migrate.parity.init.source import Function
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -61,6 +64,8 @@ def test_nanogpt_spec_runs_both_attention_sites(tmp_path):
     # the flash case runs the SDPA site, the flash=False case the hand-written attention; both fused
     fused = {c["name"]: c["op_coverage"]["fused_npu_ops"].get("npu_fusion_attention", 0) for c in runs}
     assert fused["GPT"] and fused["GPT-flash-false"]
+    # parity's per-site record: every rewritten site took its fused path in some run
+    assert {s["status"] for s in json.loads(out.read_text())["sites"]} == {"proven"}
 
 
 def test_a_package_built_from_argparse_options_with_an_unimportable_init(tmp_path):
@@ -112,3 +117,44 @@ def test_a_model_put_together_by_a_builder_function(tmp_path):
     assert "SelfAttention" not in written
     parity = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml")])
     assert parity.exit_code == exitcodes.OK, parity.output
+
+
+def test_a_kv_cache_decoder_gets_a_decode_case_and_a_left_padded_case(tmp_path):
+    migrate(tmp_path, FIXTURES / "parity" / "init_decode", "--parity-init")
+    written = cases(tmp_path / "report")
+    assert set(written) == {"Decoder", "Decoder-amp", "Decoder-train", "Decoder-decode", "Decoder-padded"}
+    assert written["Decoder-amp"]["train"] is True and written["Decoder-padded"]["train"] is True  # projection loss
+    assert "attention_mask" not in written["Decoder-padded"]["inputs"]  # the harness passes the padded mask
+    harness = (tmp_path / "report" / "parity_harness.py").read_text()
+    assert "Decode(build_Decoder(config, **kwargs), 'hf', 'input_ids')" in harness
+    assert "Padded(build_Decoder(config, **kwargs), 'input_ids', 'attention_mask', 'keep')" in harness
+    out = tmp_path / "parity.json"
+    result = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml"), "--json", str(out)])
+    assert result.exit_code == exitcodes.OK, result.output
+    parity = json.loads(out.read_text())
+    runs = {(c["name"], c["dtype"]): c for c in parity["cases"]}
+    # the prefill and the decode step each ran the fused attention, in both dtypes
+    for dtype in ("float32", "bfloat16"):
+        assert runs[("Decoder-decode", dtype)]["sites"]["model.py:40:NPU302"]["fused"] >= 4
+    # the left-padded batch reached the site with its mask: the rows that mask every key (the padding
+    # queries of a causal model) take the original path, the others the fused one
+    padded = runs[("Decoder-padded", "float32")]["sites"]["model.py:40:NPU302"]
+    assert padded["fused"] > 0 and padded["fallbacks"]
+    assert {s["status"] for s in parity["sites"]} == {"proven"}
+
+
+def _forward(body: str) -> Function:
+    node = cst.parse_module(f"def forward(self, x, mask=None, attention_mask=None, key_padding_mask=None):\n{body}").body[0]
+    return Function("forward", node, "m.py", 1, 3)
+
+
+@pytest.mark.parametrize("body, name, style", [
+    ("    return x.masked_fill(~mask, 0)\n", "mask", "bool"),
+    ("    return x.masked_fill(attention_mask, 0)\n", "attention_mask", "pad"),
+    ("    return x + attention_mask\n", "attention_mask", "additive"),
+    ("    return x * (1.0 - attention_mask[:, None, None, :])\n", "attention_mask", "keep"),
+    ("    return x\n", "key_padding_mask", "pad"),
+    ("    return x\n", "mask", "bool"),
+])
+def test_the_mask_style_is_read_from_the_forward(body, name, style):
+    assert mask_style(_forward(body), name) == style

@@ -39,7 +39,7 @@ class InitResult:
 
     @property
     def todos(self) -> List[str]:
-        return [t for d in self.drafts if not d.name.endswith(("-amp", "-train", "-decode")) for t in d.todos]
+        return [t for d in self.drafts if not d.name.endswith(("-amp", "-train", "-decode", "-padded")) for t in d.todos]
 
 
 def _inside(path: Path, folder: Path) -> bool:

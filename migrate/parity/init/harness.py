@@ -12,6 +12,11 @@ pulls in an optional dependency the model does not need), the packages on the wa
 last one is decoded against the cache; both steps' outputs are returned. ``style`` is the forward's
 cache interface: ``hf`` (``past_key_values``/``use_cache``), ``start_pos`` (caches the model keeps,
 Llama reference style), ``input_pos`` (``set_kv_cache`` then ``input_pos``, litgpt style).
+
+``Padded``: a left-padded batch as one module: the first ``PADDED`` positions of the first row of
+the sequence input are padding, and the forward is given the padding mask in the style it takes it
+(``parity.init.masks``). The outputs are compared and trained on at the kept positions only (the
+padded ones are zeroed: what a model computes for a padding query is no result).
 """
 
 from __future__ import annotations
@@ -105,6 +110,46 @@ class Decode(torch.nn.Module):
             first = self.model(prefix, input_pos=torch.arange(length - 1, device=ids.device), **inputs)
             second = self.model(last, input_pos=torch.tensor([length - 1], device=ids.device))
         return _logits(first), _logits(second)
+
+
+PADDED = 4  # padded positions at the start of the first row
+
+
+class Padded(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, sequence: str, mask: str, style: str):
+        super().__init__()
+        self.model, self.sequence, self.mask, self.style = model, sequence, mask, style
+
+    def forward(self, **inputs: Any):
+        shape = inputs[self.sequence].shape[:2]
+        keep = torch.ones(shape, dtype=torch.bool, device=inputs[self.sequence].device)
+        keep[0, :PADDED] = False
+        inputs[self.mask] = self._mask(keep)
+        return _kept(_logits(self.model(**inputs)), keep)
+
+    def _mask(self, keep: torch.Tensor) -> torch.Tensor:
+        if self.style == "bool":
+            return keep
+        if self.style == "pad":
+            return ~keep
+        if self.style == "additive":
+            weight = next(self.model.parameters())
+            dtype = weight.dtype if weight.is_floating_point() else torch.float32
+            additive = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+            return additive[:, None, None, :]
+        return keep.long()
+
+
+def _kept(output: Any, keep: torch.Tensor) -> Any:
+    """``output`` with the padded positions of every ``[B, N, ...]`` tensor zeroed."""
+    if isinstance(output, torch.Tensor):
+        if output.dim() >= 2 and output.shape[:2] == keep.shape:
+            return torch.where(keep.view(*keep.shape, *[1] * (output.dim() - 2)), output, torch.zeros((), dtype=output.dtype,
+                                                                                                     device=output.device))
+        return output
+    if isinstance(output, (tuple, list)):
+        return type(output)(_kept(item, keep) for item in output)
+    return output
 
 
 def _logits(output: Any) -> Any:

@@ -6,7 +6,9 @@ vocabulary; an ``nn.Conv2d`` or a ``Rearrange('b c (h p1) (w p2) ...')`` images 
 an ``nn.Conv1d`` audio features; an ``nn.Linear`` or a norm features of its width), then from its
 name (``input_ids``, ``pixel_values``, ``mel``, ``timesteps``, ``attention_mask``, ...) and the
 model's sizes. What none of these tells is a ``TODO`` naming the argument and where it is used.
-A model whose forward takes a KV cache gets a decode style (``parity.init.harness.Decode``).
+A model whose forward takes a KV cache gets a decode style (``parity.init.harness.Decode``); one
+whose forward takes a padding mask (``parity.init.masks``) over a sequence input gets a left-padded
+case (``parity.init.harness.Padded``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Dict, List, Optional
 import libcst as cst
 
 from npu_migrate.migrate.parity.init.construct import Construction, todo
+from npu_migrate.migrate.parity.init.masks import MASKS, mask_style
 from npu_migrate.migrate.parity.init.reach import Reach
 from npu_migrate.migrate.parity.init.sizes import IMAGE, VOCAB, group, literal
 from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, dotted, first_use
@@ -29,7 +32,6 @@ VIDEO = ("video", "videos")
 AUDIO = ("audio", "wav", "waveform", "raw_audio", "wave", "signal")
 FEATURES = ("mel", "mels", "spec", "spectrogram", "input_features", "fbank", "log_mel")
 TIMES = ("time", "times", "t", "timestep", "timesteps", "noise_level", "sigma", "sigmas")
-MASKS = ("attention_mask", "mask", "padding_mask", "key_padding_mask", "attn_mask")
 POSITIONS = ("position_ids", "positions", "pos", "input_pos", "pos_ids")
 CHANNELS = ("channels", "in_chans", "num_channels", "in_channels", "image_channels", "n_channels")
 PRIMARY = TOKENS + IMAGES + VIDEO + AUDIO + FEATURES
@@ -44,6 +46,9 @@ class Inputs:
     decode: Optional[str] = None  # "hf", "start_pos", "input_pos": the KV-cache style of the forward
     tokens: Optional[str] = None  # the argument holding token ids (the decode case splits it)
     output: Optional[str] = None  # the output field to compare and train on (``logits`` of an output class)
+    mask: Optional[str] = None  # the padding mask argument (the padded case passes a left-padded one)
+    mask_style: str = "keep"  # how the forward takes it (parity.init.masks.STYLES)
+    sequence: Optional[str] = None  # the input whose first dimensions are batch and sequence (what is padded)
 
 
 def evaluate(node: Optional[cst.BaseExpression], values: Dict[str, Any]) -> Optional[int]:
@@ -169,6 +174,11 @@ class InputReader:
                 result.tokens = name
         if result.decode and result.tokens is None:
             result.decode = None
+        result.sequence = result.tokens or next((n for n, t in result.tensors.items() if isinstance(t, dict)
+                                                 and t["shape"][:2] == [BATCH, SEQUENCE]), None)
+        mask = next((p.name.value for p in params if p.name.value.lower() in MASKS), None)
+        if mask is not None and result.sequence is not None and result.sequence != mask:
+            result.mask, result.mask_style = mask, mask_style(forward, mask)
         return result
 
     def _submodules(self, model: ClassInfo) -> Dict[str, cst.Call]:

@@ -2,7 +2,8 @@
 
 Per model: ``<Model>`` in float32 and bfloat16, ``<Model>-amp`` under bfloat16 autocast with a
 training step, ``<Model>-train`` (a training step in float32), ``<Model>-decode`` when its forward
-takes a KV cache, and ``<Model>-<flag>`` for each boolean configuration field or constructor
+takes a KV cache, ``<Model>-padded`` (a left-padded batch, with a training step) when it takes a
+padding mask, and ``<Model>-<flag>`` for each boolean configuration field or constructor
 argument that an ``if`` around one of its sites reads (``if self.flash: ... else: <site>``), flipped,
 so the other branch's site runs too.
 """
@@ -29,6 +30,7 @@ class Draft:
     runs: Dict[str, Any]  # dtypes / amp / train of this case
     flipped: Dict[str, bool] = field(default_factory=dict)  # a variant's flipped flags
     decode: bool = False
+    padded: bool = False  # a left-padded batch with its mask (parity.init.harness.Padded)
     label: str = ""  # the model's name in the spec (its class, with its module when two share one)
 
     @property
@@ -165,6 +167,8 @@ class Planner:
         cases.append(Draft(f"{name}-train", model, built, inputs, {"train": True}))
         if inputs.decode:
             cases.append(Draft(f"{name}-decode", model, built, inputs, {"dtypes": ["float32", "bfloat16"]}, decode=True))
+        if inputs.mask:
+            cases.append(Draft(f"{name}-padded", model, built, inputs, {"dtypes": ["float32"], "train": True}, padded=True))
         for flag in self._flags(model, built):
             cases.append(Draft(f"{name}-{flag}-{str(not built.values[flag]).lower()}", model, built, inputs,
                                {"dtypes": ["float32"], "train": True}, {flag: not built.values[flag]}))

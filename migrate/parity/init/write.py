@@ -1,7 +1,7 @@
 """Writing the spec (``parity.yaml``) and its harness (``parity_harness.py``) from the drafts.
 
 The harness holds one factory per model (``build_<Model>``: the configuration object, then the
-model) and one per decode case; the spec holds every value a user may want to change (the sizes,
+model) and one per decode and padded case; the spec holds every value a user may want to change (the sizes,
 the inputs, the runs), with a comment per case naming the sites it runs, and every ``TODO``.
 """
 
@@ -19,7 +19,7 @@ SPEC_NAME, HARNESS_NAME = "parity.yaml", "parity_harness.py"
 
 
 def _factory_name(draft: Draft) -> str:
-    return ("decode_" if draft.decode else "build_") + _ident(draft)
+    return ("decode_" if draft.decode else "padded_" if draft.padded else "build_") + _ident(draft)
 
 
 def _ident(draft: Draft) -> str:
@@ -41,7 +41,8 @@ def case_mapping(draft: Draft) -> Dict[str, Any]:
     case: Dict[str, Any] = {"name": draft.name, "factory": f"{HARNESS_NAME}:{_factory_name(draft)}"}
     if kwargs:
         case["kwargs"] = kwargs
-    case["inputs"] = dict(draft.inputs.tensors) if draft.inputs.tensors else None
+    inputs = {k: v for k, v in draft.inputs.tensors.items() if not (draft.padded and k == draft.inputs.mask)}
+    case["inputs"] = inputs or None
     case.update(draft.runs)
     if draft.inputs.output and not draft.decode:
         case["output"] = draft.inputs.output
@@ -86,7 +87,7 @@ def harness_text(drafts: List[Draft], package: str) -> str:
         "import argparse  # noqa: F401 (argparse-style configurations)",
         "import importlib  # noqa: F401 (configuration classes from installed packages)",
         "",
-        "from npu_migrate.migrate.parity.init.harness import Decode, tree_module  # noqa: F401",
+        "from npu_migrate.migrate.parity.init.harness import Decode, Padded, tree_module  # noqa: F401",
         "",
         f"PACKAGE = {package!r}  # the tree's own package name, when the tree is a package",
     ]
@@ -97,7 +98,7 @@ def harness_text(drafts: List[Draft], package: str) -> str:
         if name in done:
             continue
         done.add(name)
-        body += ["", ""] + (_decode(draft) if draft.decode else _build(draft))
+        body += ["", ""] + (_decode(draft) if draft.decode else _padded(draft) if draft.padded else _build(draft))
     return "\n".join(head + body) + "\n"
 
 
@@ -120,8 +121,17 @@ def _build(draft: Draft) -> List[str]:
     return [f"def build_{_ident(draft)}(config, **kwargs):", f"    return {model}({config}, **kwargs)"]
 
 
+def _arguments(draft: Draft) -> str:
+    return "config, **kwargs" if draft.built.kind not in ("kwargs", "function") else "**kwargs"
+
+
 def _decode(draft: Draft) -> List[str]:
-    args = "config, **kwargs" if draft.built.kind not in ("kwargs", "function") else "**kwargs"
-    call = args
+    args = _arguments(draft)
     return [f"def decode_{_ident(draft)}({args}):",
-            f"    return Decode(build_{_ident(draft)}({call}), {draft.inputs.decode!r}, {draft.inputs.tokens!r})"]
+            f"    return Decode(build_{_ident(draft)}({args}), {draft.inputs.decode!r}, {draft.inputs.tokens!r})"]
+
+
+def _padded(draft: Draft) -> List[str]:
+    args, inputs = _arguments(draft), draft.inputs
+    return [f"def padded_{_ident(draft)}({args}):",
+            f"    return Padded(build_{_ident(draft)}({args}), {inputs.sequence!r}, {inputs.mask!r}, {inputs.mask_style!r})"]
