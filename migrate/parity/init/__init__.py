@@ -80,6 +80,8 @@ def init_parity(original: Path, migrated: Path, report_dir: Path, force: bool = 
               f"{len(sites)} numerics-changing site(s) rewritten; the cases below run "
               f"{len(sites) - len(result.unreached)} of them.",
               *(f"not reached by any model's forward: {s}" for s in result.unreached),
+              *(f"not written: {d.label} ({d.model.cls.where}), whose sites the cases below run; it needs {t}"
+                for d in planner.left_out for t in d.todos),
               "Every value can be changed; a TODO left in stops `migrate parity` with its message.",
               f"Run: migrate parity --spec {spec}"]
     write_atomic(harness, (f"# {MARK}.\n" + harness_text(result.drafts, package)).encode())

@@ -102,6 +102,7 @@ class Planner:
         self.reach = reach
         self.builder = Builder(tree, reach)
         self.reader = InputReader(tree, reach)
+        self.left_out: List[Draft] = []  # models with a TODO whose sites other cases run (not written)
 
     def plan(self, models: List[Model]) -> List[Draft]:
         """The drafts of every model; a model that cannot be built without a TODO (a wrapper taking
@@ -119,7 +120,15 @@ class Planner:
             elif label in repeated:
                 label = model.cls.path[:-3].replace("/", ".") + "." + label
             drafts += self.drafts(model, label)
-        return drafts
+        return self._covered(drafts)
+
+    def _covered(self, drafts: List[Draft]) -> List[Draft]:
+        """The drafts less those of a model with a TODO whose sites the models with none all run
+        (kept in ``left_out`` for the spec's header): a TODO stops the whole spec, and those sites
+        are exercised anyway."""
+        ready = set().union(*(d.model.sites for d in drafts if not d.todos)) if drafts else set()
+        self.left_out = [d for d in drafts if d.todos and d.model.sites <= ready]
+        return [d for d in drafts if not any(d is out for out in self.left_out)]
 
     def _buildable(self, model: Model, seen: Set[str]) -> List[Model]:
         seen = seen | {model.cls.where}

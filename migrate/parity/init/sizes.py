@@ -56,12 +56,15 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
     "multiple_of": ("multiple_of", "padding_multiple", "ffn_dim_multiplier_round"),
     "batch": ("max_batch_size",),
     "eps": ("eps", "norm_eps", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon", "epsilon"),
+    # a frequency bound or base (Fourier features' max_freq, a rotary base): any positive value works
+    "frequency": ("freq", "max_freq", "min_freq", "base_freq", "theta", "rope_theta", "rotary_base", "rope_base"),
 }
 GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
 SUFFIX_ONLY_EXACT = {"batch", "multiple_of", "classes"}  # groups a suffix alone does not tell
 FIXED = {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "head_dim": HEAD_DIM, "vocab": VOCAB, "context": CONTEXT,
          "experts": 4, "experts_per_token": 2, "image": IMAGE, "patch": PATCH, "frames": FRAMES,
-         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0, "eps": 1e-5}
+         "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0, "eps": 1e-5,
+         "frequency": 10.0}
 TOKEN_ID_SUFFIXES = ("_token_id", "padding_idx", "pad_id", "bos_id", "eos_id")
 
 
@@ -108,7 +111,7 @@ def choose(names_defaults: Dict[str, Any]) -> Dict[str, Any]:
         kind = group(name)
         if default is None and kind not in (None, "layers", "width", "heads", "vocab", "context", "image", "patch"):
             continue  # None: the code derives it (kv heads = heads, head_dim = width / heads, ...)
-        if kind in ("count", "index", "eps") and default is not NOTHING:
+        if kind in ("count", "index", "eps", "frequency") and default is not NOTHING:
             continue  # a count with a default keeps it (only a required one is chosen)
         if kind in FIXED:
             if kind == "vocab" and _is_int(default) and default < VOCAB:
