@@ -22,7 +22,7 @@ def parity_init(
 ) -> None:
     """Write parity.yaml and parity_harness.py beside the reports: a case per model class whose forward
     reaches a rewritten site, with tiny sizes and inputs inferred from the code (float32, bfloat16,
-    AMP bfloat16, training, KV-cache decode). What cannot be inferred is a TODO in the spec, which
+    AMP bfloat16, training, KV-cache decode, a left-padded batch). What cannot be inferred is a TODO in the spec, which
     `migrate parity` refuses with its message (listed here too). Exit code: 0 when written, 32 when
     nothing could be written (no report.json, paths that overlap, no model reaching a rewritten site)."""
     raise typer.Exit(write_and_say(path, migrated, report_dir, force))
