@@ -155,6 +155,8 @@ def _forward(body: str) -> Function:
     ("    return x * (1.0 - attention_mask[:, None, None, :])\n", "attention_mask", "keep"),
     ("    return x\n", "key_padding_mask", "pad"),
     ("    return x\n", "mask", "bool"),
+    ('    """mask (Tensor): True where query i attends to key j, shape ``[b x s x s]``."""\n    return x\n', "mask",
+     "square"),
 ])
 def test_the_mask_style_is_read_from_the_forward(body, name, style):
     assert mask_style(_forward(body), name) == style

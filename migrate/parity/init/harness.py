@@ -132,6 +132,10 @@ class Padded(torch.nn.Module):
             return keep
         if self.style == "pad":
             return ~keep
+        if self.style == "square":
+            n = keep.shape[1]
+            causal = torch.ones(n, n, dtype=torch.bool, device=keep.device).tril()
+            return (causal & keep[:, None, :]) | torch.eye(n, dtype=torch.bool, device=keep.device)
         if self.style == "additive":
             weight = next(self.model.parameters())
             dtype = weight.dtype if weight.is_floating_point() else torch.float32

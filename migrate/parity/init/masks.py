@@ -10,6 +10,9 @@ input. Its style is read from how the forward's body uses it, else from its name
   ``padding_mask`` (the convention of most research code): True where kept;
 - ``pad``: a boolean that marks the padded positions: filled where True (``x.masked_fill(mask, v)``)
   or named ``key_padding_mask`` (``nn.MultiheadAttention``'s convention);
+- ``square``: a boolean ``[B, N, N]`` mask of the keys each query attends to (True where it does),
+  as the forward's docstring describes it (``[b x s x s]``, torchtune's convention): causal, the
+  padded keys masked, every query attending at least to itself;
 - ``keep``: anything else, e.g. Hugging Face's ``attention_mask`` (``(1.0 - mask) * min``):
   int64, 1 where kept, 0 where padded.
 """
@@ -18,13 +21,18 @@ from __future__ import annotations
 
 from typing import Optional
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
 from npu_migrate.migrate.parity.init.source import Function
 
 MASKS = ("attention_mask", "mask", "padding_mask", "key_padding_mask", "attn_mask")
-STYLES = ("keep", "bool", "pad", "additive")
+STYLES = ("keep", "bool", "pad", "additive", "square")
+# a query-by-key shape in a docstring: [b x s x s], (batch, seq_len, seq_len)
+_SQUARE = re.compile(r"\b(s|seq_len|seq|n)\s*(x|,|\*)\s*\1\b")
+_DESCRIBED = 600  # characters of the docstring after the argument's name that describe it
 _BY_NAME = {"mask": "bool", "padding_mask": "bool", "key_padding_mask": "pad"}
 
 
@@ -55,6 +63,10 @@ class _Use(cst.CSTVisitor):
 
 def mask_style(forward: Function, name: str) -> str:
     """The style (``STYLES``) in which ``forward`` takes the mask argument ``name``."""
+    docstring = forward.node.get_docstring() or ""
+    described = re.search(rf"\b{re.escape(name)}\b", docstring)
+    if described and _SQUARE.search(docstring[described.end(): described.end() + _DESCRIBED]):
+        return "square"
     use = _Use(name)
     forward.node.body.visit(use)
     return use.style or _BY_NAME.get(name.lower(), "keep")
