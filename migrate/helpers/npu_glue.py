@@ -711,11 +711,19 @@ def rms_norm_eps(eps):
 class RMSNorm(torch.nn.RMSNorm):
     """``torch.nn.RMSNorm`` whose forward runs ``npu_rms_norm`` where that computes what
     ``F.rms_norm`` does (same parameters, state dict and result dtype; otherwise the original
-    forward). Migrated code constructs and subclasses it in place of ``torch.nn.RMSNorm``."""
+    forward). Migrated code constructs and subclasses it in place of ``torch.nn.RMSNorm``; a
+    construction passes its ``site`` (counted per call as the checks count theirs; not state)."""
+
+    _npu_site = None
+
+    def __init__(self, *args, site=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if site is not None:
+            self._npu_site = site
 
     def forward(self, x):
         weight = _NO_WEIGHT if self.weight is None else self.weight
-        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True):
+        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True, site=self._npu_site):
             gamma = x.new_ones(self.normalized_shape) if self.weight is None else self.weight
             return rms_norm(x, gamma, rms_norm_eps(self.eps), dtype=x.dtype)
         return super().forward(x)

@@ -32,7 +32,7 @@ import libcst as cst
 
 from npu_migrate.migrate.context import HELPER
 from npu_migrate.migrate.diagnostics import DiagnosticCode
-from npu_migrate.migrate.edits import code as template
+from npu_migrate.migrate.edits import SITE, code as template
 from npu_migrate.migrate.rules._fused_site import emit, operand_text, sited
 from npu_migrate.migrate.rules._normal import number
 from npu_migrate.migrate.rules._regions import interior
@@ -260,7 +260,15 @@ class RmsNorm(Rule):
     # -- torch.nn.RMSNorm -----------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.is_helper and self.qualified_name(node.func) == MODULE and not self.ctx.migrated(node):
-            self._module(node.func, "nn.RMSNorm module")
+            # the module built with its site, so that the helper's per-site record counts its calls
+            parts, holes = [], {}
+            for i, arg in enumerate(node.args):
+                holes[f"a{i}"] = arg.value
+                parts.append(f"{arg.star}{arg.keyword.value + '=' if arg.keyword is not None else ''}{{a{i}}}")
+            text = f"{HELPER}.RMSNorm({', '.join([*parts, f'site={SITE}'])})"
+            self.replace(node, template(text, **holes), f"nn.RMSNorm module → {HELPER}.RMSNorm (torch_npu.npu_rms_norm "
+                                                        "in its forward where it computes the same; same state dict)",
+                         target=TARGET, api=MODULE, helpers=[HELPER])
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:

@@ -13,7 +13,7 @@ and the line that uses it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -124,11 +124,11 @@ class Builder:
         if star is None:
             return []
         found: List[cst.Param] = []
-        for call in _StarCalls(star.name.value).scan(init.node):
+        for call, given in _StarCalls(star.name.value).scan(init.node):
             target = self.tree.resolve_class(call, init.path)
             inner = self.reach.method(target, "__init__") if target is not None else None
-            if inner is not None:
-                found += [p for p in inner.params() if p.name.value not in own and p.name.value != "self"
+            if inner is not None:  # less the arguments the call passes itself (PerceiverIO(queries_dim=dim, **kwargs))
+                found += [p for p in inner.params() if p.name.value not in own | given and p.name.value != "self"
                           and p.star not in ("*", "**") and p.name.value not in {f.name.value for f in found}]
         return found
 
@@ -284,13 +284,14 @@ class _ConfigCall(cst.CSTVisitor):
 
 
 class _StarCalls(cst.CSTVisitor):
-    """Names called with ``**name`` (the constructor's ``**kwargs`` handed on)."""
+    """Names called with ``**name`` (the constructor's ``**kwargs`` handed on), with the keywords
+    each such call passes itself."""
 
     def __init__(self, name: str):
         self.name = name
-        self.found: List[str] = []
+        self.found: List[Tuple[str, Set[str]]] = []
 
-    def scan(self, node: cst.CSTNode) -> List[str]:
+    def scan(self, node: cst.CSTNode) -> List[Tuple[str, Set[str]]]:
         node.visit(self)
         return self.found
 
@@ -298,7 +299,7 @@ class _StarCalls(cst.CSTVisitor):
         if any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == self.name for a in node.args):
             name = dotted(node.func)
             if name:
-                self.found.append(name)
+                self.found.append((name, {a.keyword.value for a in node.args if a.keyword is not None}))
 
 
 class _ArgumentDefault(cst.CSTVisitor):

@@ -112,13 +112,16 @@ class _FirstCall(cst.CSTVisitor):
         self.name = name
         self.attr: Optional[str] = None
         self.rank: Optional[int] = None
+        self.starred: Optional[tuple] = None  # (the starred name, the other elements) of ``b, *axis, c = x.shape``
+        self.starred_size: Optional[cst.BaseExpression] = None
 
     def visit_Call(self, node: cst.Call) -> None:
         func = (dotted(node.func) or "").split(".")[-1]
         if self.rank is None and func in EINOPS and len(node.args) > 1 and isinstance(node.args[0].value, cst.Name) \
                 and node.args[0].value.value == self.name:
             pattern = literal(node.args[1].value)
-            if isinstance(pattern, str) and "->" in pattern:  # rearrange(x, "b n (h d) -> ..."): its rank
+            if isinstance(pattern, str) and "->" in pattern and "..." not in pattern.split("->")[0]:
+                # rearrange(x, "b n (h d) -> ..."): its rank ("b ... d" tells none)
                 self.rank = len(pattern.split("->")[0].replace("(", " ( ").split()) - 2 * pattern.split("->")[0].count("(")
         if self.attr is None and node.args and isinstance(node.args[0].value, cst.Name) \
                 and node.args[0].value.value == self.name:
@@ -127,15 +130,37 @@ class _FirstCall(cst.CSTVisitor):
                 self.attr = func[5:]
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        value = node.value
+        value, extra = node.value, 0
+        if isinstance(value, cst.Tuple) and value.elements and isinstance(value.elements[0], cst.StarredElement):
+            value, extra = value.elements[0].value, len(value.elements) - 1  # b, *axis, c, device = *x.shape, x.device
         base = value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
             and value.func.attr.value == "size" else value.value if isinstance(value, cst.Attribute) \
             and value.attr.value == "shape" else None
         if self.rank is None and isinstance(base, cst.Name) and base.value == self.name \
                 and isinstance(node.targets[0].target, cst.Tuple):
             elements = node.targets[0].target.elements
-            if not any(isinstance(e, cst.StarredElement) for e in elements):
+            elements = elements[:len(elements) - extra]
+            starred = [e for e in elements if isinstance(e, cst.StarredElement)]
+            if not starred:
                 self.rank = len(elements)
+            elif len(starred) == 1 and isinstance(starred[0].value, cst.Name):  # b, *axis, c = x.shape
+                self.starred = (starred[0].value.value, len(elements) - 1)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        """``assert len(axis) == self.input_axis`` after ``b, *axis, c = x.shape``: the rank, once
+        the compared size is known (``rank_of``)."""
+        test = node.test
+        if self.starred and isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, cst.Equal) and isinstance(test.left, cst.Call) \
+                and dotted(test.left.func) == "len" and test.left.args \
+                and dotted(test.left.args[0].value) == self.starred[0]:
+            self.starred_size = test.comparisons[0].comparator
+
+    def rank_of(self, values: Dict[str, Any]) -> Optional[int]:
+        if self.starred and self.starred_size is not None:
+            size = evaluate(self.starred_size, values)
+            return None if size is None else size + self.starred[1]
+        return self.rank
 
 
 class InputReader:
@@ -195,6 +220,9 @@ class InputReader:
     def _tensor(self, name: str, forward: Function, submodules: Dict[str, cst.Call], values: Dict[str, Any]):
         use = _FirstCall(name)
         forward.node.body.visit(use)
+        rank = use.rank_of(values)
+        if rank is not None and rank >= 4 and use.starred:  # b, *axis, c: the axes between batch and channels
+            return {"shape": [BATCH, *[IMAGE // 4] * (rank - 2), _first(values, CHANNELS + ("input_channels",), 3)]}
         if use.attr in submodules:
             found = self._by_module(submodules[use.attr], values)
             if found is not None:
