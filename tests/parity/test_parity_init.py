@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.init import InitError, init_parity
+from npu_migrate.migrate.parity.init.inputs import _FirstCall
 from npu_migrate.migrate.parity.init.masks import mask_style
 from npu_migrate.migrate.parity.init.sizes import choose, group, keep_divisions
 from npu_migrate.migrate.parity.init.source import Function
@@ -160,3 +161,29 @@ def _forward(body: str) -> Function:
 ])
 def test_the_mask_style_is_read_from_the_forward(body, name, style):
     assert mask_style(_forward(body), name) == style
+
+
+def test_a_model_with_a_todo_whose_sites_others_run_is_left_out(tmp_path):
+    """``Tagger`` needs a ``scorer`` nothing tells, but ``Encoder`` runs its site: the spec has no
+    TODO, names the tagger in its header, and the encoder's ``**kwargs`` bring ``Block``'s arguments
+    less ``causal``, which the encoder passes itself."""
+    migrate(tmp_path, FIXTURES / "parity" / "init_covered", "--parity-init")
+    spec = (tmp_path / "report" / "parity.yaml").read_text()
+    assert "# not written: Tagger (model.py:43)" in spec and "constructor argument 'scorer' of Tagger" in spec
+    written = cases(tmp_path / "report")
+    assert set(written) == {"Encoder", "Encoder-amp", "Encoder-train"}
+    assert written["Encoder"]["kwargs"] == {"num_tokens": 128, "dim": 64, "depth": 2, "heads": 4}
+    out = tmp_path / "parity.json"
+    result = CliRunner().invoke(app, ["parity", "--spec", str(tmp_path / "report" / "parity.yaml"), "--json", str(out)])
+    assert result.exit_code == exitcodes.OK, result.output
+    assert {s["status"] for s in json.loads(out.read_text())["sites"]} == {"proven"}
+
+
+def test_the_rank_of_a_starred_shape_comes_from_the_assert_on_it():
+    """``b, *axis, _ = *data.shape, ...`` with ``assert len(axis) == self.input_axis`` (Perceiver)."""
+    forward = cst.parse_module("def forward(self, data):\n    b, *axis, _, device = *data.shape, data.device\n"
+                               "    assert len(axis) == self.input_axis\n"
+                               "    data = rearrange(data, 'b ... d -> b (...) d')\n").body[0]
+    use = _FirstCall("data")
+    forward.body.visit(use)
+    assert use.rank_of({"input_axis": 3}) == 5 and use.rank_of({}) is None
