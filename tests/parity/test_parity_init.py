@@ -169,7 +169,7 @@ def test_a_model_with_a_todo_whose_sites_others_run_is_left_out(tmp_path):
     less ``causal``, which the encoder passes itself."""
     migrate(tmp_path, FIXTURES / "parity" / "init_covered", "--parity-init")
     spec = (tmp_path / "report" / "parity.yaml").read_text()
-    assert "# not written: Tagger (model.py:43)" in spec and "constructor argument 'scorer' of Tagger" in spec
+    assert "# not written: Tagger (model.py:42)" in spec and "constructor argument 'scorer' of Tagger" in spec
     written = cases(tmp_path / "report")
     assert set(written) == {"Encoder", "Encoder-amp", "Encoder-train"}
     assert written["Encoder"]["kwargs"] == {"num_tokens": 128, "dim": 64, "depth": 2, "heads": 4}
