@@ -17,7 +17,7 @@ from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.init import InitError, init_parity
 from npu_migrate.migrate.parity.init.inputs import _FirstCall
 from npu_migrate.migrate.parity.init.masks import mask_style
-from npu_migrate.migrate.parity.init.sizes import choose, group, keep_divisions
+from npu_migrate.migrate.parity.init.sizes import NOTHING, choose, group, keep_divisions
 from npu_migrate.migrate.parity.init.source import Function
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -44,6 +44,9 @@ def test_sizes_keep_the_code_s_ratios():
     assert chosen["pad_token_id"] < chosen["vocab_size"]
     assert chosen["rotary_dim"] == chosen["head_dim"] // 2  # the default's share of a head
     assert "dropout" not in chosen and group("enc_depth") == "layers"
+    # required: an N-d model's dims (images), its input shape, a frequency bound; with a default: kept
+    required = choose({"ndim": NOTHING, "input_shape": NOTHING, "max_freq": NOTHING, "input_axis": 3, "theta": 1e4})
+    assert required == {"ndim": 2, "input_shape": 32, "max_freq": 10.0}
     values = {"dim": 64, "heads": 6}
     keep_divisions(values, [("dim", "heads")])
     assert values["dim"] == 66

@@ -47,7 +47,8 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
     "experts": ("num_experts", "n_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"),
     "experts_per_token": ("num_experts_per_tok", "top_k", "n_activated_experts", "experts_per_token",
                           "num_experts_per_token", "moe_top_k"),
-    "image": ("image_size", "img_size", "input_size", "resolution"),
+    "image": ("image_size", "img_size", "input_size", "resolution", "input_shape", "image_shape"),
+    "spatial_dims": ("ndim", "n_dims", "spatial_dims", "num_spatial_dims", "input_axis"),  # 2: images
     "patch": ("patch_size", "image_patch_size"),
     "frames": ("frames", "num_frames"),
     "frame_patch": ("frame_patch_size",),
@@ -64,7 +65,7 @@ SUFFIX_ONLY_EXACT = {"batch", "multiple_of", "classes"}  # groups a suffix alone
 FIXED = {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "head_dim": HEAD_DIM, "vocab": VOCAB, "context": CONTEXT,
          "experts": 4, "experts_per_token": 2, "image": IMAGE, "patch": PATCH, "frames": FRAMES,
          "frame_patch": FRAME_PATCH, "classes": 10, "multiple_of": 16, "batch": 4, "count": 4, "index": 0, "eps": 1e-5,
-         "frequency": 10.0}
+         "frequency": 10.0, "spatial_dims": 2}
 TOKEN_ID_SUFFIXES = ("_token_id", "padding_idx", "pad_id", "bos_id", "eos_id")
 
 
@@ -111,7 +112,7 @@ def choose(names_defaults: Dict[str, Any]) -> Dict[str, Any]:
         kind = group(name)
         if default is None and kind not in (None, "layers", "width", "heads", "vocab", "context", "image", "patch"):
             continue  # None: the code derives it (kv heads = heads, head_dim = width / heads, ...)
-        if kind in ("count", "index", "eps", "frequency") and default is not NOTHING:
+        if kind in ("count", "index", "eps", "frequency", "spatial_dims") and default is not NOTHING:
             continue  # a count with a default keeps it (only a required one is chosen)
         if kind in FIXED:
             if kind == "vocab" and _is_int(default) and default < VOCAB:
