@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import libcst as cst
+import torch
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.init import InitError, init_parity
+from npu_migrate.migrate.parity.init.harness import Padded
 from npu_migrate.migrate.parity.init.inputs import _FirstCall
 from npu_migrate.migrate.parity.init.masks import mask_style
 from npu_migrate.migrate.parity.init.sizes import NOTHING, choose, group, keep_divisions
@@ -190,3 +192,39 @@ def test_the_rank_of_a_starred_shape_comes_from_the_assert_on_it():
     use = _FirstCall("data")
     forward.body.visit(use)
     assert use.rank_of({"input_axis": 3}) == 5 and use.rank_of({}) is None
+
+
+class _Echo(torch.nn.Module):
+    """Returns its ids as features and keeps the mask it was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1, dtype=torch.bfloat16))
+
+    def forward(self, input_ids, attention_mask=None):
+        self.given = attention_mask
+        return input_ids.float()[..., None] + 1
+
+
+@pytest.mark.parametrize("style, first_row", [
+    ("keep", [0, 0, 0, 0, 1, 1]), ("bool", [False] * 4 + [True] * 2), ("pad", [True] * 4 + [False] * 2),
+])
+def test_the_padded_case_left_pads_the_first_row_in_the_mask_style(style, first_row):
+    padded = Padded(_Echo(), "input_ids", "attention_mask", style)
+    out = padded(input_ids=torch.ones(2, 6, dtype=torch.long))
+    mask = padded.model.given
+    assert mask[0].tolist() == first_row and mask[1].tolist() == [first_row[-1]] * 6
+    assert out[0, :4].abs().sum() == 0 and (out[0, 4:] == 2).all() and (out[1] == 2).all()  # padded rows zeroed
+
+
+def test_the_padded_case_builds_additive_and_query_by_key_masks():
+    additive = Padded(_Echo(), "input_ids", "attention_mask", "additive")
+    additive(input_ids=torch.ones(2, 6, dtype=torch.long))
+    mask = additive.model.given
+    assert mask.shape == (2, 1, 1, 6) and mask.dtype == torch.bfloat16  # the model's dtype
+    assert (mask[0, 0, 0, :4] == torch.finfo(torch.bfloat16).min).all() and (mask[0, 0, 0, 4:] == 0).all()
+    square = Padded(_Echo(), "input_ids", "attention_mask", "square")
+    square(input_ids=torch.ones(2, 6, dtype=torch.long))
+    mask = square.model.given
+    assert mask.shape == (2, 6, 6) and mask[1].equal(torch.ones(6, 6, dtype=torch.bool).tril())
+    assert mask[0].sum(-1).min() >= 1 and not mask[0, 5, :4].any()  # every query attends; padded keys masked
