@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,10 @@ def one(name: str, source: Path, work: Path, env: dict) -> dict:
     else:
         failed = next((c for c in cases if c["verdict"] != "passed"), {})
         why = "; ".join(failed.get("errors", []))[:120].replace("\n", " ").replace("|", "/")
+        missing = re.search(r"original side: .*?ModuleNotFoundError: (No module named '[^']+')", "; ".join(failed.get("errors", [])))
+        if missing:  # a dependency of the repository that cannot be installed here: the original does not run
+            row["verdict"] = f"original does not import here ({missing.group(1)})"
+            return row
         row["verdict"] = f"fail ({passed}/{len(cases)} runs passed: {failed.get('name')} [{failed.get('dtype')}] " \
                          f"{failed.get('verdict')} {why})"
     return row
