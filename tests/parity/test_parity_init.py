@@ -228,3 +228,30 @@ def test_the_padded_case_builds_additive_and_query_by_key_masks():
     mask = square.model.given
     assert mask.shape == (2, 6, 6) and mask[1].equal(torch.ones(6, 6, dtype=torch.bool).tril())
     assert mask[0].sum(-1).min() >= 1 and not mask[0, 5, :4].any()  # every query attends; padded keys masked
+
+
+def test_a_package_not_installed_here_gets_a_stand_in(tmp_path, monkeypatch):
+    """A tree file importing a package that cannot be installed here (xformers, torchaudio) is imported
+    with an empty stand-in for it; torch and the tree's own modules never are."""
+    from npu_migrate.migrate.parity.init import harness
+
+    (tmp_path / "model.py").write_text("import npu_missing_pkg.ops as ops\nfrom npu_missing_other import Bias\n\n"
+                                       "class Model:\n    bias = Bias\n")
+    (tmp_path / "broken.py").write_text("import helpers_of_the_tree\n")
+    monkeypatch.setattr(harness, "TREE", tmp_path)
+    monkeypatch.setattr(harness, "STAND_INS", harness._StandIns())
+    monkeypatch.setattr("sys.path", [str(tmp_path), *__import__("sys").path])
+    (tmp_path / "helpers_of_the_tree.py").write_text("import torch.not_a_module\n")
+    try:
+        module = harness.tree_module("model.py")
+        assert isinstance(module.Model.bias, type) and module.Model.bias.__module__ == "npu_missing_other"
+        assert harness.STAND_INS.tops == ["npu_missing_pkg", "npu_missing_other"]
+        with pytest.raises(ModuleNotFoundError, match="torch.not_a_module"):
+            harness.tree_module("broken.py")
+    finally:
+        import sys
+        for name in [n for n in sys.modules if n.split(".")[0] in ("model", "broken", "helpers_of_the_tree",
+                                                                   "npu_missing_pkg", "npu_missing_other")]:
+            del sys.modules[name]
+        if harness.STAND_INS in sys.meta_path:
+            sys.meta_path.remove(harness.STAND_INS)

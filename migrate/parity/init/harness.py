@@ -22,6 +22,9 @@ padded ones are zeroed: what a model computes for a padding query is no result).
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -35,6 +38,15 @@ TREE: Optional[Path] = None  # the tree under test of this process (set by the p
 def _forget(top: str) -> None:
     for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
         del sys.modules[name]
+
+
+def _forget_tree(tree: Path) -> None:
+    """Forget the modules of ``tree`` (files and bare packages) a failed import left behind."""
+    root = str(tree.resolve())
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", None) or []), None)
+        if where and str(Path(where).resolve()).startswith(root) and not isinstance(module, StandIn):
+            del sys.modules[name]
 
 
 def _bare(names: List[str], location: Path) -> None:
@@ -58,7 +70,74 @@ def _package(name: str, folder: Path) -> None:
     spec.loader.exec_module(module)
 
 
+KEPT = ("torch", "torch_npu", "npu_glue")  # never stood in: a side that cannot import these must fail
+MAX_STAND_INS = 8
+
+
+class StandIn(types.ModuleType):
+    """A module that is not installed here, imported by a tree file at import time (torchaudio for
+    data loading, xformers for a CUDA path): each attribute is an empty class of that name, so that
+    imports, annotations, ``isinstance`` and subclassing work; a model that computes with one fails
+    where it does. Both sides get the same stand-ins."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.__path__ = []
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value = type(attr, (), {"__module__": self.__name__})
+        setattr(self, attr, value)
+        return value
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self):
+        self.tops: List[str] = []  # the packages stood in, in order
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.tops:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return StandIn(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+STAND_INS = _StandIns()
+
+
+def _stand_in(error: ModuleNotFoundError, tree: Path) -> bool:
+    """Stand in for the missing top-level package ``error`` names, unless it is one of ``KEPT``, a
+    name of the tree, or one that is installed (a failure inside it is no missing module)."""
+    top = (error.name or "").split(".")[0]
+    if not top or top in KEPT or top in STAND_INS.tops or len(STAND_INS.tops) >= MAX_STAND_INS \
+            or (tree / top).exists() or (tree / f"{top}.py").exists() or importlib.util.find_spec(top) is not None:
+        return False
+    if STAND_INS not in sys.meta_path:
+        sys.meta_path.append(STAND_INS)
+    STAND_INS.tops.append(top)
+    return True
+
+
 def tree_module(path: str, package: Optional[str] = None) -> types.ModuleType:
+    """The module of the tree file ``path`` (see the module docstring); a package that is not
+    installed here and that the tree imports at import time gets a ``StandIn``."""
+    tree = TREE or Path.cwd()
+    while True:
+        try:
+            return _tree_module(path, package)
+        except ModuleNotFoundError as error:
+            if not _stand_in(error, tree):
+                raise
+            _forget_tree(tree)
+
+
+def _tree_module(path: str, package: Optional[str] = None) -> types.ModuleType:
     tree = TREE or Path.cwd()
     parts = list(Path(path).with_suffix("").parts)
     depth = len(parts) - 1  # folders above the file that are packages: count down to the first that is not

@@ -13,6 +13,7 @@ case (``parity.init.harness.Padded``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -22,7 +23,7 @@ from npu_migrate.migrate.parity.init.construct import Construction, todo
 from npu_migrate.migrate.parity.init.masks import MASKS, mask_style
 from npu_migrate.migrate.parity.init.reach import Reach
 from npu_migrate.migrate.parity.init.sizes import IMAGE, VOCAB, group, literal
-from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, dotted, first_use
+from npu_migrate.migrate.parity.init.source import ClassInfo, Function, Tree, code_of, dotted, first_use
 
 BATCH, SEQUENCE, AUDIO_FRAMES = 2, 16, 32
 
@@ -36,6 +37,8 @@ POSITIONS = ("position_ids", "positions", "pos", "input_pos", "pos_ids")
 CHANNELS = ("channels", "in_chans", "num_channels", "in_channels", "image_channels", "n_channels")
 PRIMARY = TOKENS + IMAGES + VIDEO + AUDIO + FEATURES
 EINOPS = ("rearrange", "reduce", "repeat", "pack", "unpack")
+# an annotation that says the argument is no tensor (a spec declares tensors only)
+NOT_TENSOR = r"(typing\.)?(Optional\[)?(List|list|Sequence|Tuple|tuple|Dict|dict|int|float|str|bool)\b"
 MELS = ("n_mels", "num_mel_bins", "n_mel", "mel_bins", "feature_size", "input_dim", "n_fft_bins")
 
 
@@ -188,8 +191,17 @@ class InputReader:
             primary = name.lower() in PRIMARY and literal(p.default) is None  # input_ids=None: still the input
             if (p.default is not None and not primary) or name in ("start_pos",):
                 continue
-            spec = self._tensor(name, forward, submodules, built.values)
-            if spec is None:
+            annotation = code_of(p.annotation.annotation).strip() if p.annotation is not None else ""
+            plain = re.match(NOT_TENSOR, annotation) is not None
+            if plain and p.default is not None:
+                continue  # images: Optional[List[Tensor]] = None: left at its default
+            spec = None if plain else self._tensor(name, forward, submodules, built.values)
+            if spec is None and plain:  # seqlens: List[int]: no tensor parity can declare
+                spec = todo(f"input {name!r} of {model.name}.forward ({forward.where}), annotated {annotation}: "
+                            f"a value of that type (a spec declares tensors; build it in the harness)",
+                            self._use(forward, name))
+                result.todos.append(spec)
+            elif spec is None:
                 spec = todo(f"input {name!r} of {model.name}.forward ({forward.where}): its shape and dtype, as "
                             f"{{shape: [...], dtype: ...}}", self._use(forward, name))
                 result.todos.append(spec)

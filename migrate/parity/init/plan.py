@@ -111,6 +111,8 @@ class Planner:
         chosen: List[Model] = []
         for model in models:
             chosen += self._buildable(model, set())
+        unique = {(m.cls.where, m.builder.name if m.builder is not None else None): m for m in chosen}
+        chosen = list(unique.values())  # a class two models were replaced by gets its cases once
         repeated = {m.cls.name for m in chosen if sum(o.cls.name == m.cls.name for o in chosen) > 1}
         drafts: List[Draft] = []
         for model in chosen:
