@@ -10,7 +10,10 @@ which ``migrate parity`` refuses with that message.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -39,7 +42,26 @@ class InitResult:
 
     @property
     def todos(self) -> List[str]:
-        return [t for d in self.drafts if not d.name.endswith(("-amp", "-train", "-decode", "-padded")) for t in d.todos]
+        variants = ("-amp", "-train", "-decode", "-padded")
+        return [t for d in self.drafts if not d.name.endswith(variants) for t in d.todos]
+
+
+_IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
+
+
+def _not_installed(tree: Tree) -> List[str]:
+    """Top-level packages the tree's files import that are neither the tree's nor installed."""
+    names = sorted({m for path in tree.files for m in _IMPORT.findall((tree.root / path).read_text(encoding="utf-8",
+                                                                                                   errors="replace"))})
+    local = {p.split("/")[0].removesuffix(".py") for p in tree.files} | {tree.root.name}
+    return [n for n in names if n not in local and n not in sys.builtin_module_names and not _installed(n)]
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -80,6 +102,8 @@ def init_parity(original: Path, migrated: Path, report_dir: Path, force: bool = 
               f"{len(sites)} numerics-changing site(s) rewritten; the cases below run "
               f"{len(sites) - len(result.unreached)} of them.",
               *(f"not reached by any model's forward: {s}" for s in result.unreached),
+              *(f"not installed here, imported by the tree: {name} (imported at import time, it gets an empty stand-in)"
+                for name in _not_installed(tree)),
               *(f"not written: {d.label} ({d.model.cls.where}), whose sites the cases below run; it needs {t}"
                 for d in planner.left_out for t in d.todos),
               "Every value can be changed; a TODO left in stops `migrate parity` with its message.",

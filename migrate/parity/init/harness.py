@@ -218,8 +218,8 @@ class Padded(torch.nn.Module):
         if self.style == "additive":
             weight = next(self.model.parameters())
             dtype = weight.dtype if weight.is_floating_point() else torch.float32
-            additive = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
-            return additive[:, None, None, :]
+            additive = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+            return additive.masked_fill(~keep, torch.finfo(dtype).min)[:, None, None, :]
         return keep.long()
 
 
@@ -227,8 +227,8 @@ def _kept(output: Any, keep: torch.Tensor) -> Any:
     """``output`` with the padded positions of every ``[B, N, ...]`` tensor zeroed."""
     if isinstance(output, torch.Tensor):
         if output.dim() >= 2 and output.shape[:2] == keep.shape:
-            return torch.where(keep.view(*keep.shape, *[1] * (output.dim() - 2)), output, torch.zeros((), dtype=output.dtype,
-                                                                                                     device=output.device))
+            kept = keep.view(*keep.shape, *[1] * (output.dim() - 2))
+            return torch.where(kept, output, torch.zeros((), dtype=output.dtype, device=output.device))
         return output
     if isinstance(output, (tuple, list)):
         return type(output)(_kept(item, keep) for item in output)
