@@ -237,6 +237,9 @@ class InputReader:
             return {"shape": [BATCH, *[IMAGE // 4] * (rank - 2), _first(values, CHANNELS + ("input_channels",), 3)]}
         if use.attr in submodules:
             found = self._by_module(submodules[use.attr], values)
+            if found is not None and rank == 4 and found["shape"] == [BATCH, SEQUENCE, found["shape"][-1]]:
+                # b, c, h, w = x.shape: features of that width over the channels of an image (a channel norm)
+                return {"shape": [BATCH, found["shape"][-1], IMAGE // 4, IMAGE // 4]}
             if found is not None:
                 return found
         lower = name.lower()
