@@ -44,7 +44,8 @@ def _forget_tree(tree: Path) -> None:
     """Forget the modules of ``tree`` (files and bare packages) a failed import left behind."""
     root = str(tree.resolve())
     for name, module in list(sys.modules.items()):
-        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", None) or []), None)
+        path = getattr(module, "__path__", None)  # a bare package's list (a namespace path is left alone)
+        where = getattr(module, "__file__", None) or (path[0] if isinstance(path, list) and path else None)
         if where and str(Path(where).resolve()).startswith(root) and not isinstance(module, StandIn):
             del sys.modules[name]
 
@@ -77,8 +78,8 @@ MAX_STAND_INS = 8
 class StandIn(types.ModuleType):
     """A module that is not installed here, imported by a tree file at import time (torchaudio for
     data loading, xformers for a CUDA path): each attribute is an empty class of that name, so that
-    imports, annotations, ``isinstance`` and subclassing work; a model that computes with one fails
-    where it does. Both sides get the same stand-ins."""
+    imports, annotations, ``isinstance`` and subclassing work; building one raises
+    ModuleNotFoundError naming the package. Both sides get the same stand-ins."""
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -87,9 +88,16 @@ class StandIn(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        value = type(attr, (), {"__module__": self.__name__})
+        value = type(attr, (), {"__module__": self.__name__, "__init__": _not_installed(self.__name__, attr)})
         setattr(self, attr, value)
         return value
+
+
+def _not_installed(module: str, attr: str):
+    def __init__(self, *args, **kwargs):
+        raise ModuleNotFoundError(f"{module}.{attr} was called, but {module} is not installed here (parity init's "
+                                  f"harness imported an empty stand-in for it): install it", name=module)
+    return __init__
 
 
 class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
