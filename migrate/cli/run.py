@@ -76,6 +76,7 @@ class RunOptions:
     exclude: Optional[object] = None  # config.Patterns: files not to migrate (copied unchanged)
     ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
     stdin_filename: Optional[str] = None
+    parity_init: bool = False  # write parity.yaml and its harness with the reports (`migrate parity init`)
     cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
     triage: bool = True  # --no-triage: every candidate file goes to libcst (``migrate.triage``)
 
@@ -115,6 +116,7 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings (and errors) only: no summary, no paths."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when --check finds files to change or sites that need attention (4 and 8); errors still count."),
     parity: Optional[Path] = typer.Option(None, "--parity", metavar="FILE", help="A `migrate parity --json` result to show on report.html and report.md."),
+    parity_init: bool = typer.Option(False, "--parity-init", help="Also write parity.yaml and parity_harness.py with the reports (as `migrate parity init` does), so `migrate parity --spec <report dir>/parity.yaml` proves the migration."),
     max_file_size: int = typer.Option(DEFAULT_MAX_BYTES, "--max-file-size", metavar="BYTES", min=1, help="Larger Python files are not migrated (NPU007)."),
     file_timeout: float = typer.Option(DEFAULT_MAX_SECONDS, "--file-timeout", metavar="SECONDS", min=0.1, help="CPU seconds one file may take before it is left unmigrated (NPU008)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Where results of unchanged files are cached (default: ~/.cache/npu-migrate or $NPU_MIGRATE_CACHE_DIR)."),
@@ -155,6 +157,7 @@ def run_command(
                 None if no_cache else (cache_dir or _default_cache_dir()), fmt, quiet, exit_zero,
                 stdin_filename=stdin_filename)
             options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
+            options.parity_init = parity_init
             options.cache_given = cache_dir is not None
             options.triage = not no_triage
             code = _stdin(options) if stdin else run_migration(path, options)
@@ -358,7 +361,22 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool,
     if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk,
                                                              cache):
         return INTERRUPTED if interrupted else _exit_code(report, result, changes, options) | exitcodes.FILE_ERRORS
-    return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
+    if interrupted:
+        return INTERRUPTED
+    return _exit_code(report, result, changes, options) | _parity_init(path, paths, options, talk)
+
+
+def _parity_init(path: Path, paths: Paths, options: RunOptions, talk) -> int:
+    """``--parity-init``: the spec beside the reports; its exit bits (32 when none could be written)."""
+    if not options.parity_init or not options.writes_tree:
+        return exitcodes.OK
+    if paths.out_dir is None:
+        console.print("[red]error:[/red] --parity-init needs the original beside the migrated tree: not with "
+                      "--in-place", soft_wrap=True)
+        return exitcodes.CONFIG_ERROR
+    from npu_migrate.migrate.cli.parity_init import write_and_say
+
+    return write_and_say(paths.root, paths.out_dir, paths.report_dir, talk=talk)
 
 
 def _sarif(report: dict, result, patch: str) -> str:

@@ -33,6 +33,7 @@ from npu_migrate.migrate.parity.changes import CHANGES
 from npu_migrate.migrate.parity.checkpoint import load_checkpoint
 from npu_migrate.migrate.parity.coverage import OpTrace
 from npu_migrate.migrate.parity.failures import SETUP, CaseFailure, raised_where, stage
+from npu_migrate.migrate.parity.init import harness
 from npu_migrate.migrate.parity.localise import ModuleRecorder
 from npu_migrate.migrate.parity.outputs import flatten, select
 from npu_migrate.migrate.parity.precision import Precision, cast_floating, precision
@@ -310,6 +311,7 @@ def _setup(request: Dict[str, Any]):
     except CaseFailure as failure:
         return failure.message
     sys.path.insert(0, str(resolver.tree))  # the working directory is the run's scratch directory
+    harness.TREE = resolver.tree  # where a harness `parity init` wrote imports the tree's files from
     return resolver, trace, load_spec(Path(request["spec"]))
 
 
