@@ -15,6 +15,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from npu_migrate.migrate.codegen import code
+from npu_migrate.migrate.rules._table import dotted
 
 _EMPTY = cst.Module(body=[])
 
@@ -78,16 +79,6 @@ class SourceFile:
     def span(self, node: cst.CSTNode) -> Tuple[int, int]:
         pos = self.positions[node]
         return pos.start.line, pos.end.line
-
-
-def dotted(node: cst.BaseExpression) -> Optional[str]:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
 
 
 def _import_names(module: cst.Module, path: str) -> Dict[str, str]:
