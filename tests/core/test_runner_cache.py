@@ -129,10 +129,10 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
 
     assert unsafe(tmp_path / "mine") is None
     assert (tmp_path / "mine").stat().st_mode & 0o777 == 0o700
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    assert "writable by other users" in unsafe(shared)
+    open_to_all = tmp_path / "open_to_all"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    assert "writable by other users" in unsafe(open_to_all)
 
 
 # -- issue 25 item 1: a cache that cannot be used against its owner ------------------------------------
@@ -216,16 +216,16 @@ def test_entries_someone_else_could_have_written_are_refused(table, tmp_path, at
 def test_cache_directories_are_private_whatever_the_umask(table, tmp_path):
     import os
 
-    shared = tmp_path / "home-cache"
-    shared.mkdir(mode=0o755)
+    home_cache = tmp_path / "home-cache"
+    home_cache.mkdir(mode=0o755)
     previous = os.umask(0)
     try:
-        _npu203(table, shared)
+        _npu203(table, home_cache)
     finally:
         os.umask(previous)
-    made = [p for p in (shared / "cache").rglob("*")]
+    made = [p for p in (home_cache / "cache").rglob("*")]
     assert any(p.is_dir() for p in made) and any(p.name == "key" for p in made)
-    for path in [shared / "cache", *made]:
+    for path in [home_cache / "cache", *made]:
         mode = path.stat().st_mode & 0o777
         if path.is_dir():
             assert mode == 0o700, path
