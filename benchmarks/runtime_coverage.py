@@ -1,12 +1,13 @@
 """Which fused kernels run, per site, in the modes people train and serve in; and the error against
 the original (issue 19).
 
-Tiny transformers models (2 layers, eager attention) of each family are migrated by ``migrate run``
+Tiny transformers models (2 layers, eager attention) of each family (stablelm with partial rotary:
+half of each head rotated, the rest passed through) are migrated by ``migrate run``
 (the installed ``models/<family>`` directories copied into the scratch directory; the installed
 package is never written) and run beside the original under the emulated NPU, in each mode:
-float32, bfloat16, AMP bfloat16 inference (float32 weights under ``torch.autocast``), a padded batch
-(left padding in ``attention_mask``), training float32 and training AMP bfloat16 (forward and
-backward), ``generate()`` with a KV cache, and packed sequences (position ids that restart, no
+float32, bfloat16, AMP bfloat16 and AMP float16 inference (float32 weights under ``torch.autocast``),
+a padded batch (left padding in ``attention_mask``), training float32 and training AMP bfloat16 and
+float16 (forward and backward; no loss scaling, the same on both sides), ``generate()`` with a KV cache, and packed sequences (position ids that restart, no
 mask: transformers builds a block-diagonal mask). Tiny litgpt and torchtune Llama-style models (their
 packages installed by ``benchmarks/corpus.py`` into /work/scratch/corpus, migrated whole) run the
 modes their APIs have: litgpt takes no padding mask nor packed positions (those cells say n/a);
@@ -49,7 +50,9 @@ from tests.helpers.migrated_models import _load, migrate_tree  # noqa: E402
 SCRATCH = Path("/work/scratch/i19/runtime_coverage")
 KINDS = {"NPU301": "A", "NPU302": "A", "NPU310": "R", "NPU320": "N", "NPU330": "S", "NPU340": "M"}
 ORDER = "ARNSM"
-MODES = ("float32", "bfloat16", "amp-bf16", "padded", "train-f32", "train-amp-bf16", "generate", "packed")
+MODES = ("float32", "bfloat16", "amp-bf16", "amp-fp16", "padded", "train-f32", "train-amp-bf16", "train-amp-fp16",
+         "generate", "packed")
+AMP = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}  # autocast dtype by the mode's suffix
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0, tie_word_embeddings=False)
 FAMILIES = {  # family -> (config class name, model class name, config changes)
@@ -59,6 +62,7 @@ FAMILIES = {  # family -> (config class name, model class name, config changes)
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"partial_rotary_factor": 0.5}),  # partial rotary
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
                   {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
@@ -98,14 +102,21 @@ def tokens(batch=2, length=8, seed=0):
     return torch.randint(1, 128, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-def _autocast(on: bool):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if on else nullcontext()
+def _autocast(mode: str):
+    """``torch.autocast`` in the mode's dtype for the AMP modes (inference or training), else nothing."""
+    dtype = AMP.get(mode.removeprefix("train-"))
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
+
+
+def judged_as(mode: str) -> str:
+    """The dtype whose parity tolerance a mode is judged by: the lowest precision it computes in."""
+    return "float16" if "fp16" in mode else "bfloat16" if "bf16" in mode or mode == "bfloat16" else "float32"
 
 
 def run_mode(model: torch.nn.Module, mode: str) -> Dict[str, torch.Tensor]:
     """The tensors a mode compares: logits; in training also the loss and the gradients; tokens for generate."""
     ids = tokens()
-    if mode in ("float32", "bfloat16", "amp-bf16", "padded", "packed"):
+    if mode in ("float32", "bfloat16", "amp-bf16", "amp-fp16", "padded", "packed"):
         model.eval()
         kwargs = {"input_ids": ids}
         if mode == "padded":
@@ -114,12 +125,12 @@ def run_mode(model: torch.nn.Module, mode: str) -> Dict[str, torch.Tensor]:
             kwargs["attention_mask"] = mask
         if mode == "packed":  # two sequences of 4 in one row: position ids restart, no mask
             kwargs = {"input_ids": ids[:1], "position_ids": torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])}
-        with torch.no_grad(), _autocast(mode == "amp-bf16"):
+        with torch.no_grad(), _autocast(mode):
             return {"logits": model(**kwargs).logits}
     if mode.startswith("train"):
         model.train()
         model.zero_grad(set_to_none=True)
-        with _autocast(mode == "train-amp-bf16"):
+        with _autocast(mode):
             logits = model(input_ids=ids).logits
         loss = logits.float().square().mean()
         loss.backward()
@@ -158,8 +169,10 @@ def build(module, family: str, dtype: torch.dtype):
 
 # -- litgpt and torchtune: the two sides imported in turn ----------------------------------------------
 CORPUS = Path("/work/scratch/corpus")
-PACKAGE_MODES = {"litgpt": ("float32", "bfloat16", "amp-bf16", "train-f32", "train-amp-bf16", "generate"),
-                 "torchtune": ("float32", "bfloat16", "amp-bf16", "padded", "train-f32", "train-amp-bf16", "packed")}
+PACKAGE_MODES = {"litgpt": ("float32", "bfloat16", "amp-bf16", "amp-fp16", "train-f32", "train-amp-bf16", "train-amp-fp16",
+                            "generate"),
+                 "torchtune": ("float32", "bfloat16", "amp-bf16", "amp-fp16", "padded", "train-f32", "train-amp-bf16",
+                               "train-amp-fp16", "packed")}
 
 
 def _stub_datasets():
@@ -263,7 +276,7 @@ def package_rows(name: str, out: Path, modes) -> dict:
                 if side == "original":
                     results[mode] = {"want": got, "state": model.state_dict()}
                 elif "error" not in results[mode]:
-                    judged = "bfloat16" if "bf16" in mode or mode == "bfloat16" else "float32"
+                    judged = judged_as(mode)
                     ok, figure = judge(results[mode]["want"], got, judged)
                     results[mode].update(ok=ok, figure=figure, counts=counts)
         finally:
@@ -284,7 +297,7 @@ def family_rows(family: str, migrated: Path, modes=MODES):
     rows = {}
     for mode in modes:
         dtype = torch.bfloat16 if mode == "bfloat16" else torch.float32
-        judged = "bfloat16" if "bf16" in mode or mode == "bfloat16" else "float32"
+        judged = judged_as(mode)
         original = build(original_module, family, dtype)
         mine = build(migrated_module, family, dtype)
         mine.load_state_dict(original.state_dict())

@@ -40,9 +40,10 @@ import stat
 import tempfile
 from contextlib import suppress
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Dict, Iterable, Optional, Sequence
 
 from . import __version__, diagnostics
+from .diagnostics import DiagnosticCode
 from .findings import ACTIONS, FILE_STATUSES, PACKAGE_STATUSES, FileResult, Finding, Requirement
 from .limits import Limits
 from ..opmap import Fallback
@@ -72,8 +73,10 @@ def _tool_files() -> Iterable[Path]:
     yield from sorted((_PACKAGE_ROOT / "opmap" / "reference").glob("*.yaml"))  # the torch-npu release table
 
 
-def salt(table_files: Sequence[Path], rules: Sequence[type], select, ignore, limits) -> str:
-    """Everything besides the file itself that decides a file's result."""
+def salt(table_files: Sequence[Path], rules: Sequence[type], select, ignore, limits, triage: bool = True) -> str:
+    """Everything besides the file itself that decides a file's result. The rules of this package
+    are part of the tool's own source (hashed whole); ``rules`` names any others, and may be empty
+    (so that a run whose results are all cached never imports the rules)."""
     h = hashlib.sha256(f"{FORMAT} {VERSION} {__version__}\n".encode())
     rule_files = {inspect.getsourcefile(rule) or "" for rule in rules}
     for path in [*_tool_files(), *map(Path, table_files), *sorted(map(Path, filter(None, rule_files)))]:
@@ -82,7 +85,7 @@ def salt(table_files: Sequence[Path], rules: Sequence[type], select, ignore, lim
             h.update(hashlib.sha256(path.read_bytes()).digest())
     rules_seen = sorted(f"{r.__module__}.{r.__qualname__}:{','.join(r.all_codes())}" for r in rules)
     h.update(json.dumps([rules_seen, sorted(select or []), sorted(ignore or []),
-                         limits.max_bytes, limits.max_seconds]).encode())
+                         limits.max_bytes, limits.max_seconds, triage]).encode())
     return h.hexdigest()
 
 
@@ -252,6 +255,21 @@ class Cache:
 
     def get(self, key: str, data: bytes) -> Optional[FileResult]:
         """The stored result for ``key`` (whose file holds ``data``), or None if absent or not valid."""
+        body = self._body(key)
+        return _result(body, data) if body is not None else None
+
+    def put(self, key: str, result: FileResult) -> None:
+        """Store ``result`` (best effort: a cache that cannot be written only costs speed)."""
+        if self.secret is None or any(f.code in UNCACHED for f in result.findings):
+            return
+        body = {"path": result.path, "status": result.status, "error": result.error, "migrated": result.migrated,
+                "helpers": list(result.helpers), "digest": result.digest,
+                "findings": [_finding_json(f) for f in result.findings], "kind": result.kind,
+                "requirements": [r.to_json() for r in result.requirements]}
+        self._write(key, body)
+
+    def _body(self, key: str) -> Optional[dict]:
+        """The signed body stored under ``key``, or None when absent or not valid."""
         if self.secret is None:
             return None
         raw = self._read(self._entry(key))
@@ -266,16 +284,41 @@ class Cache:
                 and isinstance(entry.get("signature"), str)
                 and hmac.compare_digest(entry["signature"], _signature(self.secret, entry["result"]))):
             return None
-        return _result(entry["result"], data)
+        return entry["result"]
 
-    def put(self, key: str, result: FileResult) -> None:
-        """Store ``result`` (best effort: a cache that cannot be written only costs speed)."""
-        if self.secret is None or any(f.code in UNCACHED for f in result.findings):
-            return
-        body = {"path": result.path, "status": result.status, "error": result.error, "migrated": result.migrated,
-                "helpers": list(result.helpers), "digest": result.digest,
-                "findings": [_finding_json(f) for f in result.findings], "kind": result.kind,
-                "requirements": [r.to_json() for r in result.requirements]}
+    def record(self, key: str) -> Optional[dict]:
+        """A signed record other than a file's result (``put_record``), or None."""
+        return self._body(key)
+
+    def put_record(self, key: str, body: dict) -> None:
+        if self.secret is not None:
+            self._write(key, body)
+
+    def declarations(self) -> Optional[Dict[str, DiagnosticCode]]:
+        """The code declarations stored for this very tool (the salt), or None: the reports describe
+        every code from them without importing the rules."""
+        body = self._body(self._declarations_key)
+        codes = body.get("codes") if body is not None else None
+        if not isinstance(codes, list):
+            return None
+        declared = {}
+        for item in codes:
+            if not (isinstance(item, list) and len(item) == 6 and all(isinstance(v, str) for v in item[:3])
+                    and isinstance(item[3], bool) and _optional(item[4], str) and isinstance(item[5], str)):
+                return None
+            declared[item[0]] = DiagnosticCode(*item)
+        return declared
+
+    def put_declarations(self, declared: Dict[str, DiagnosticCode]) -> None:
+        if self.secret is not None:
+            self._write(self._declarations_key, {"codes": [[d.code, d.name, d.summary, d.rewrites, d.example, d.fixtures]
+                                                           for d in declared.values()]})
+
+    @property
+    def _declarations_key(self) -> str:
+        return hashlib.sha256(f"{self.salt}\0declarations".encode()).hexdigest()
+
+    def _write(self, key: str, body: dict) -> None:
         entry = {"format": FORMAT, "version": VERSION, "key": key, "signature": _signature(self.secret, body),
                  "result": body}
         target = self._entry(key)

@@ -5,9 +5,10 @@ below the rules imports them."""
 
 from __future__ import annotations
 
+import sys
 from typing import Dict
 
-from . import diagnostics, rules
+from . import diagnostics
 from .diagnostics import DiagnosticCode
 from .files.codes import DECLARATIONS
 
@@ -15,6 +16,11 @@ from .files.codes import DECLARATIONS
 def declarations() -> Dict[str, DiagnosticCode]:
     """Every code's declaration, sorted: the tool's, each rule's (the rules are looked up at call
     time, so a test's stand-ins count) and the dependency and launcher files' (``migrate.files.codes``)."""
+    stored = diagnostics.stored()
+    if stored is not None and f"{__package__}.rules" not in sys.modules:
+        return dict(stored)  # a warm run: the rules (and libcst) stay unimported
+    from . import rules
+
     declared = diagnostics.tool_declarations()
     for rule in rules.all_rules():
         declared.update((d.code, d) for d in rule.declarations)

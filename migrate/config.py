@@ -21,9 +21,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec  # imported where patterns are compiled: most runs have none
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,8 +162,13 @@ class Patterns:
 
     @staticmethod
     def of(*groups: Tuple[Optional[Path], Sequence[str]]) -> "Patterns":
+        groups = tuple((base, p) for base, p in groups if base is not None and p)
+        if not groups:
+            return Patterns()
+        import pathspec
+
         return Patterns(tuple((Path(base).resolve(), tuple(p), pathspec.GitIgnoreSpec.from_lines(p))
-                              for base, p in groups if base is not None and p))
+                              for base, p in groups))
 
     def match(self, path: Path) -> Optional[str]:
         """The first pattern that matches the absolute ``path``, or None."""
@@ -179,6 +185,10 @@ class Patterns:
 
 def per_file_codes(config: Config) -> List[Tuple[pathspec.GitIgnoreSpec, Tuple[str, ...]]]:
     """``per-file-ignores`` as (compiled pattern, codes) pairs, for ``ignored_in``."""
+    if not config.per_file_ignores:
+        return []
+    import pathspec
+
     return [(pathspec.GitIgnoreSpec.from_lines([pattern]), tuple(codes))
             for pattern, codes in config.per_file_ignores.items()]
 

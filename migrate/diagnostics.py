@@ -85,3 +85,19 @@ def tool_declarations() -> Dict[str, DiagnosticCode]:
 def doc_page(code: str) -> Optional[str]:
     path = DOCS_DIR / f"{code.upper()}.md"
     return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+_stored: Optional[Dict[str, DiagnosticCode]] = None  # a copy kept by the result cache (``use_stored``)
+
+
+def use_stored(declared: Optional[Dict[str, DiagnosticCode]]) -> None:
+    """Have ``catalogue.declarations()`` answer from ``declared`` (the result cache's copy for this very
+    tool, see ``Cache.declarations``) as long as the rules are not imported: a run whose results are
+    all cached then never imports them (nor libcst). None forgets the copy."""
+    global _stored
+    _stored = declared
+
+
+def stored() -> Optional[Dict[str, DiagnosticCode]]:
+    """The copy given to ``use_stored`` (None: none)."""
+    return _stored

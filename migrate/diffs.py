@@ -43,8 +43,19 @@ def file_diff(change: Change) -> str:
         header += ["new file mode 100644\n", "--- /dev/null\n", f"+++ b/{path}\n"]
     else:
         header += [f"--- a/{path}\n", f"+++ b/{path}\n"]
-    body = list(difflib.unified_diff(_lines(change.old or ""), _lines(change.new), n=3))[2:]  # drop its own ---/+++
+    body = _added(change.new) if change.old is None else \
+        list(difflib.unified_diff(_lines(change.old), _lines(change.new), n=3))[2:]  # drop its own ---/+++
     out = header
     for line in body:
         out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
     return "".join(out)
+
+
+def _added(text: str) -> List[str]:
+    """The hunk of a new file, as ``difflib.unified_diff`` gives it (every line added; a vendored
+    helper is thousands of lines, in every migrated directory), without matching the lines."""
+    lines = _lines(text)
+    if not lines:
+        return []
+    span = "1" if len(lines) == 1 else f"1,{len(lines)}"
+    return [f"@@ -0,0 +{span} @@\n", *("+" + line for line in lines)]

@@ -27,9 +27,10 @@ import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec
 
 try:
     PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
@@ -216,7 +217,7 @@ class _Ignores:
     """The ``.gitignore`` files met so far on the walk, each applying below its own directory."""
 
     def __init__(self) -> None:
-        self.specs: Dict[str, pathspec.GitIgnoreSpec] = {}  # directory ("" for the root) -> its patterns
+        self.specs: Dict[str, "pathspec.GitIgnoreSpec"] = {}  # directory ("" for the root) -> its patterns
 
     def read(self, root: Path, base: str, files: Files) -> None:
         path = root / base / ".gitignore" if base else root / ".gitignore"
@@ -227,6 +228,8 @@ class _Ignores:
         except OSError as exc:
             files.unlistable.append(Excluded(_rel(base, ".gitignore"), f"cannot be read: {exc.strerror}"))
             return
+        import pathspec  # only a walk outside git reads .gitignore files itself
+
         self.specs[base] = pathspec.GitIgnoreSpec.from_lines(lines)
 
     def why(self, rel: str, is_dir: bool) -> Optional[str]:

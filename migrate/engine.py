@@ -29,14 +29,16 @@ from .apply import Apply, missing, overlaps
 from .codegen import code
 from .context import FileContext
 from .edits import ImportSpec, Site, placed_at, site_constant
-from .findings import FileResult, Finding
+from .findings import FileResult, Finding, error_result  # noqa: F401  (error_result: also here)
 from .imports import add_imports
 from .line_fit import fit_lines
 from .names import NameResolver
 from .positions import positions
+from .first_party import first_party_for
 from .rules import code_enabled, select_rules
 from .rules.base import Rule
 from .suppressions import ignored_file, is_suppressed, suppressed_lines
+from .triage import may_hold_site
 from .visit import visit_batched
 from ..opmap import Fallback, OpTable
 
@@ -61,26 +63,20 @@ def _exception_line(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
-def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
-    """A file that could not be processed: one tool finding, the original kept."""
-    where = f"{path}:{line}:{col + 1}" if line else path  # 1-based, as every output shows it
-    finding = Finding(code, message, "reported", path=path, line=line, col=col)
-    return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")
-
-
 class Engine:
     def __init__(self, table: OpTable, rules: Sequence[Type[Rule]], enabled: Callable[[str], bool] = lambda code: True,
-                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> None:
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None, triage: bool = True) -> None:
         self.table = table
         self.rules = list(rules)
         self.enabled = enabled
-        # isort's first-party names by directory ("" for PATH): see runner.first_party_names
+        # the residual families a file's words are checked against (``migrate.triage``); None: no triage
+        self.families = [f for f in residual.FAMILIES if enabled(f.report)] if triage else None
+        # isort's first-party names by directory ("" for PATH): see first_party.first_party_names
         self.first_party: Mapping[str, FrozenSet[str]] = first_party or {}
 
     def first_party_of(self, path: str) -> FrozenSet[str]:
         """The module names isort counts as first party in the file at ``path``."""
-        directory = path.rsplit("/", 1)[0] if "/" in path else ""
-        return self.first_party.get(directory, frozenset()) | self.first_party.get("", frozenset())
+        return first_party_for(self.first_party, path)
 
     def applicable(self, data: bytes) -> List[Type[Rule]]:
         """The cheap byte check: rules whose trigger strings occur in the file."""
@@ -114,6 +110,8 @@ class Engine:
             return error_result(path, diagnostics.NOT_UTF8, f"not UTF-8 text (byte {exc.start}: {exc.reason})")
         bom = BOM if source.startswith(BOM) else ""
         text = source[len(bom):]
+        if self.families is not None and not may_hold_site(text, rules, self.families):
+            return FileResult(path, "unchanged")  # what libcst and the rules would find: no site
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
@@ -194,7 +192,7 @@ class Engine:
             lost = missing(new_module, sites, ctx.tree)  # before the imports: they re-make top-level statements
             if not lost:
                 if imports:
-                    new_module = add_imports(new_module, imports, ctx.names, self.first_party_of(ctx.path))
+                    new_module = add_imports(new_module, imports, ctx.names, self.first_party_of(ctx.path), ctx.tree)
                 return fit_lines(new_module, code(new_module), source), helpers
             for site in lost:
                 _not_applied(site, "its edit did not reach the output (an internal error of npu-migrate)")
@@ -232,6 +230,8 @@ def _not_applied(site: Site, why: str) -> None:
 
 
 def build_engine(table: OpTable, select=None, ignore=None,
-                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None) -> Engine:
-    """An engine with the rules that ``--select``/``--ignore`` leave enabled."""
-    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore), first_party)
+                 first_party: Optional[Mapping[str, FrozenSet[str]]] = None, triage: bool = True) -> Engine:
+    """An engine with the rules that ``--select``/``--ignore`` leave enabled; ``triage=False`` hands
+    every file with a rule's trigger bytes to libcst (``migrate.triage``: the results are the same)."""
+    return Engine(table, select_rules(select, ignore), lambda code: code_enabled(code, select, ignore), first_party,
+                  triage)

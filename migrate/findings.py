@@ -78,6 +78,14 @@ class FileResult:
     migrated: Optional[str] = None
     helpers: List[str] = field(default_factory=list)  # helper modules the migrated file imports
     digest: Optional[str] = None  # sha256 of the bytes that were migrated (in-place writes check it)
-    diff: Optional[str] = None  # the file's part of changes.patch, made in the worker (and cached)
+    # the file's part of changes.patch, made in the worker (None for a cached result: made with the patch)
+    diff: Optional[str] = None
     kind: str = PYTHON  # "python", or the migrate.files kind of a dependency or launcher file
     requirements: List[Requirement] = field(default_factory=list)  # the packages a dependency file declares
+
+
+def error_result(path: str, code: str, message: str, line: int = 0, col: int = 0) -> FileResult:
+    """A file that could not be processed: one tool finding, the original kept."""
+    where = f"{path}:{line}:{col + 1}" if line else path  # 1-based, as every output shows it
+    finding = Finding(code, message, "reported", path=path, line=line, col=col)
+    return FileResult(path, "error", [finding], error=f"{where}: {code} {message}")

@@ -37,7 +37,7 @@ import with a full traversal and rebuilds the whole tree, about 8x the parse of 
 from __future__ import annotations
 
 import sys
-from typing import FrozenSet, Iterable, List, Optional, Tuple
+from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -45,6 +45,7 @@ import libcst.matchers as m
 from .edits import ImportSpec
 from .helpers import BESIDE
 from .names import NameResolver
+from .tree import TreeIndex, children
 
 SIDE_EFFECT = {"torch_npu"}  # imported for what importing does; the name may go unused
 NOQA = "# noqa: F401"
@@ -117,10 +118,18 @@ def section(module: str, first_party: FrozenSet[str]) -> int:
     return FIRST_PARTY if head in first_party else THIRD_PARTY
 
 
-def _uses(module: cst.Module, name: str) -> bool:
-    """Whether the module reads ``name`` (``torch_npu.x``, ``f(torch_npu)``) outside its top-level imports."""
-    wanted = m.Attribute(value=m.Name(name)) | m.Arg(value=m.Name(name))
-    return any(m.findall(statement, wanted) for statement in module.body if not _is_import(statement))
+def _uses(module: cst.Module, name: str, kept: Callable[[cst.CSTNode], bool]) -> bool:
+    """Whether the module reads ``name`` (``torch_npu.x``, ``f(torch_npu)``) outside its top-level
+    imports; subtrees for which ``kept`` holds (original code that does not name it) are not entered."""
+    stack = [s for s in module.body if not _is_import(s)]
+    while stack:
+        node = stack.pop()
+        if kept(node):
+            continue
+        if isinstance(node, (cst.Attribute, cst.Arg)) and isinstance(node.value, cst.Name) and node.value.value == name:
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _blank(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
@@ -170,9 +179,11 @@ def _has_blank(statement: cst.BaseStatement) -> bool:
 
 
 def add_imports(module: cst.Module, specs: Iterable[ImportSpec], names: NameResolver,
-                first_party: FrozenSet[str] = frozenset()) -> cst.Module:
+                first_party: FrozenSet[str] = frozenset(), original: Optional[TreeIndex] = None) -> cst.Module:
     """``module`` with each import of ``specs`` that it lacks, placed in its first import block (a
-    module vendored beside the file: its ``try`` statement right below that block)."""
+    module vendored beside the file: its ``try`` statement right below that block). ``original``: the
+    index of the module ``module`` was migrated from (its nodes kept as they were are not searched for
+    a name they do not hold)."""
     body = list(module.body)
     top_level_code = {module.code_for_node(s).strip() for s in body if isinstance(s, cst.SimpleStatementLine)}
     missing = [spec for spec in dict.fromkeys(specs) if not _present(spec, names, top_level_code)]
@@ -180,7 +191,10 @@ def add_imports(module: cst.Module, specs: Iterable[ImportSpec], names: NameReso
         return module
     start = 1 if body and _is_docstring(body[0]) else 0
     for spec in (s for s in missing if not s.beside):
-        noqa = spec.obj is None and spec.asname is None and spec.module in SIDE_EFFECT and not _uses(module, spec.module)
+        kept = (lambda node, name=spec.module: original.contains(node) and name not in original.names(node)) \
+            if original is not None else (lambda node: False)
+        noqa = spec.obj is None and spec.asname is None and spec.module in SIDE_EFFECT and \
+            not _uses(module, spec.module, kept)
         body = _insert(body, start, _statement(spec, noqa), first_party)
     beside = [_statement(spec) for spec in missing if spec.beside]
     if beside:

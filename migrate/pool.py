@@ -69,6 +69,7 @@ class _Worker:
 def _serve(conn: Connection, setup: Callable[[], None], work: Callable[[Any], Any], parent: int,
            parent_ends: List[Connection]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler (a KeyboardInterrupt that code may swallow)
     close_inherited(parent_ends)  # else this worker would hold its own pipe open after the parent died
     die_with_parent(parent)
     setup()
@@ -125,7 +126,8 @@ def supervise(items: Sequence[Any], work: Callable[[Any], Any], lost: Callable[[
         return _Worker(process, ours)
 
     try:
-        workers = [start() for _ in range(min(max(1, jobs), len(queue)))]
+        for _ in range(min(max(1, jobs), len(queue))):
+            workers.append(start())  # one at a time: an interrupt between two starts still stops the first
         while True:
             for worker in workers:
                 if not worker.busy and queue:

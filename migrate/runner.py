@@ -18,22 +18,24 @@ import gc
 import hashlib
 import os
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import diagnostics
 from .diffs import Change, file_diff
 from .discovery import Excluded
-from .engine import Engine, build_engine, error_result
 from .files import run as declared_files
-from .findings import FileResult, Finding
+from .findings import FileResult, Finding, error_result
+from .first_party import first_party_for, first_party_names  # noqa: F401 (first_party_names: read here too)
 from .limits import FileTimeout, Limits, time_budget
 from .pool import supervise
-from .rules import code_enabled
 from .sources import SourceError, display, name_problem, read_source
-from ..opmap import OpTable
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from ..opmap import OpTable
 
 PROGRESS_MIN_FILES = 20  # smaller runs finish before a bar is worth drawing
 # A worker allocates a whole syntax tree per file, almost none of it in reference cycles: collecting
@@ -94,60 +96,101 @@ class WriteOutcome:
 # -- one file ---------------------------------------------------------------------------------------
 @dataclass
 class _Job:
-    engine: Engine
     root: Path
     limits: Limits
+    table: Callable[[], OpTable]  # the op table, loaded when a file is first migrated
+    first_party: Mapping[str, FrozenSet[str]]
     cache: Optional[object] = None  # migrate.cache.Cache
     ignored_in: Callable[[str], Tuple[str, ...]] = lambda path: ()  # per-file ignores: codes off in a file
-    table: Optional[OpTable] = None
     select: Optional[Sequence[str]] = None
     ignore: Optional[Sequence[str]] = None
-    engines: Dict[Tuple[str, ...], Engine] = field(default_factory=dict)
+    triage: bool = True
+    engines: Dict[Tuple[str, ...], "Engine"] = field(default_factory=dict)
 
-    def engine_for(self, path: str) -> Tuple[Engine, str]:
-        """The engine for the file (with its per-file ignores) and what besides its bytes decides its
-        result (for the cache key): those ignores and the first-party names its imports sort by."""
+    def engine_for(self, path: str) -> "Engine":
+        """The engine for the file, with its per-file ignores (built, with libcst and the rules, when
+        first needed: a run whose results are all cached never imports them)."""
+        from .engine import build_engine
+
         extra = self.ignored_in(path)
-        engine = self.engine
-        if extra:
-            if extra not in self.engines:
-                self.engines[extra] = build_engine(self.table, self.select, [*(self.ignore or ()), *extra],
-                                                   self.engine.first_party)
-            engine = self.engines[extra]
-        context = f"ignore={','.join(extra)};first-party={','.join(sorted(self.engine.first_party_of(path)))}"
-        return engine, context
+        if extra not in self.engines:
+            self.engines[extra] = build_engine(self.table(), self.select, [*(self.ignore or ()), *extra] or self.ignore,
+                                               self.first_party, self.triage)
+        return self.engines[extra]
+
+    def context(self, path: str) -> str:
+        """What besides its bytes decides a file's result (for the cache key): its per-file ignores
+        and the first-party names its imports sort by."""
+        return f"ignore={','.join(self.ignored_in(path))};first-party={','.join(sorted(first_party_for(self.first_party, path)))}"
 
 
 _job: Optional[_Job] = None  # set in the parent before the workers are forked
 
 
-def _migrate_task(path: Task) -> FileResult:
+def _read(path: Task) -> Union[FileResult, Tuple[bytes, Optional[str]]]:
+    """The file's bytes and its cache key, or its error result when it cannot be read."""
     job = _job
     try:
         data = read_source(job.root / path, job.limits.max_bytes)
     except SourceError as exc:
         return error_result(path, exc.code, exc.message)
-    digest = hashlib.sha256(data).hexdigest()
-    engine, context = job.engine_for(path)
-    key = job.cache.key(path, digest, context) if job.cache is not None else None
-    if key is not None:
-        hit = job.cache.get(key, data)
-        if hit is not None:
-            if hit.status == "changed":
-                hit.diff = _file_diff(hit)  # from the stored text: the patch and the tree cannot disagree
-            return hit
+    if job.cache is None:
+        return data, None
+    return data, job.cache.key(path, hashlib.sha256(data).hexdigest(), job.context(path))
+
+
+def _cached(path: Task) -> Optional[FileResult]:
+    """The file's result from the cache (or its read error), without migrating it; None when it must be
+    migrated."""
+    read = _read(path)
+    if isinstance(read, FileResult):
+        return read
+    data, key = read
+    return _job.cache.get(key, data) if key is not None else None  # its diff: made from the stored text when
+    # the patch is (``outputs.patch``), so the patch and the tree cannot disagree
+
+
+def _migrate_task(path: Task) -> FileResult:
+    job = _job
+    read = _read(path)
+    if isinstance(read, FileResult):
+        return read
+    data, key = read
     try:
         with time_budget(job.limits.max_seconds):
-            result = engine.migrate(path, data)
+            result = job.engine_for(path).migrate(path, data)
     except FileTimeout:
         return error_result(path, diagnostics.TIMED_OUT, f"migration took longer than {job.limits.max_seconds:g} s "
                                                          "of CPU time (--file-timeout); not migrated")
-    result.digest = digest
+    result.digest = hashlib.sha256(data).hexdigest()
     if result.status == "changed":
         result.diff = _file_diff(result)
     if key is not None:
         job.cache.put(key, result)
     return result
+
+
+def _largest_first(root: Path, tasks: List[Task]) -> List[Task]:
+    """The largest files first: the workers finish together, on small files, instead of one of them
+    still parsing a large file that came last while the others wait."""
+    def size(task: Task) -> int:
+        try:
+            return os.lstat(root / task).st_size
+        except OSError:
+            return 0
+
+    return sorted(tasks, key=size, reverse=True)
+
+
+def _once(load: Callable[[], "OpTable"]) -> Callable[[], "OpTable"]:
+    loaded: List["OpTable"] = []
+
+    def table() -> "OpTable":
+        if not loaded:
+            loaded.append(load())
+        return loaded[0]
+
+    return table
 
 
 def _worker_setup() -> None:
@@ -167,28 +210,6 @@ def _lost(task: Task, why: str) -> FileResult:
 
 
 # -- main side --------------------------------------------------------------------------------------
-def first_party_names(python: Sequence[str]) -> Dict[str, FrozenSet[str]]:
-    """isort's first-party module names, by directory ("" for PATH): the modules and packages at the
-    top of PATH (and of its ``src/``), and for each directory the modules beside its files (a script
-    imports its siblings by name)."""
-    names: Dict[str, set] = {}
-    for path in python:
-        parts = path.split("/")
-        for depth in range(len(parts)):
-            directory = "/".join(parts[:depth])
-            name = parts[depth]
-            if depth == len(parts) - 1:
-                if not name.endswith(".py"):
-                    break
-                name = name[:-3]
-            if name.isidentifier():
-                names.setdefault(directory, set()).add(name)
-    top = set(names.get("", ())) | set(names.get("src", ()))
-    out = {directory: frozenset(found) for directory, found in names.items()}
-    out[""] = frozenset(top)
-    return out
-
-
 def chunked(items: Sequence, jobs: int) -> List[list]:
     """About 8 chunks per process (balances uneven files), at most 64 files each."""
     size = max(1, min(64, len(items) // (jobs * 8) or 1))
@@ -219,16 +240,28 @@ def _enabled_in(select, ignore, ignored_in: Callable[[str], Tuple[str, ...]]):
     def enabled(path: str) -> Tuple[Callable[[str], bool], str]:
         extra = ignored_in(path)
         every = [*(ignore or ()), *extra]
-        return (lambda code: code_enabled(code, select, every)), f"ignore={','.join(extra)}"
+        return (lambda code: _code_enabled(code, select, every)), f"ignore={','.join(extra)}"
     return enabled
 
 
-def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignore=None, jobs: Optional[int] = None,
-        copied: Sequence[str] = (), excluded: Sequence[Excluded] = (), unlistable: Sequence[Excluded] = (),
-        too_long: Sequence[Excluded] = (), progress: bool = False, limits: Limits = Limits(), cache=None,
-        isolate: bool = True, ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None) -> RunResult:
+def _code_enabled(code: str, select, ignore) -> bool:
+    from .rules import code_enabled  # the rules (and libcst) only when a file is migrated
+
+    return code_enabled(code, select, ignore)
+
+
+def run(root: Path, python: Sequence[str], table: Union["OpTable", Callable[[], "OpTable"]], *, select=None, ignore=None,
+        jobs: Optional[int] = None, copied: Sequence[str] = (), excluded: Sequence[Excluded] = (),
+        unlistable: Sequence[Excluded] = (), too_long: Sequence[Excluded] = (), progress: bool = False,
+        limits: Limits = Limits(), cache=None, isolate: bool = True,
+        ignored_in: Optional[Callable[[str], Tuple[str, ...]]] = None, triage: bool = True) -> RunResult:
     """Migrate ``python`` (paths relative to ``root``) in memory, then the dependency and launcher files
     among ``copied`` (the rest is copied unchanged).
+
+    ``table``: the op table, or the function that loads it (called only when a file is migrated).
+    With a ``cache``, this process looks each file up first; only the files it does not hold go to
+    the workers, and none are started (nor the engine, libcst and the rules imported) when it holds
+    them all.
 
     ``jobs`` worker processes (default: all cores); ``isolate=False`` runs in this process
     instead (for profiling: a crash in native code then ends the process). ``progress`` draws a
@@ -236,6 +269,7 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
     ``unlistable``: directories discovery could not read (each becomes an NPU014 error result);
     ``too_long``: paths over PATH_MAX (each an NPU020 error result).
     ``ignored_in``: the codes ``per-file-ignores`` turns off in a file (by its path).
+    ``triage=False``: every file with a rule's trigger bytes goes to libcst (``migrate.triage``).
     """
     global _job
     root = Path(root)
@@ -252,23 +286,36 @@ def run(root: Path, python: Sequence[str], table: OpTable, *, select=None, ignor
         else:
             tasks.append(path)
     ignored_in = ignored_in or (lambda path: ())
-    _job = _Job(build_engine(table, select, ignore, first_party_names(python)), root, limits, cache,
-                ignored_in, table, select, ignore)
+    load = _once(table if callable(table) else (lambda given=table: given))
+    _job = _Job(root, limits, load, first_party_names(python), cache, ignored_in, select, ignore, triage)
     try:
         with _progress(len(tasks), progress) as advance:
-            if isolate:
+            pending = tasks
+            if cache is not None:
+                pending = []
+                for task in tasks:
+                    hit = _cached(task)
+                    if hit is None:
+                        pending.append(task)
+                    else:
+                        results.append(hit)
+                        advance(1)
+            if pending:
+                _job.engine_for("")  # built here, so the workers inherit it
+            if isolate and pending:
                 gc.freeze()  # what the workers inherit is never scanned (nor copied on write by a collection)
-                done = supervise(tasks, _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
+                done = supervise(_largest_first(root, pending), _migrate_task, _lost, jobs=jobs, setup=_worker_setup,
                                  hard_seconds=limits.hard_seconds, wall_seconds=limits.wall_seconds)
             else:
-                done = ((task, _migrate_task(task)) for task in tasks)
-            for _, result in done:
-                results.append(result)
-                advance(1)
+                done = ((task, _migrate_task(task)) for task in pending)
+            with closing(done):  # an interrupt here stops the workers now, not when the generator is collected
+                for _, result in done:
+                    results.append(result)
+                    advance(1)
     finally:
         _job = None
         gc.unfreeze()
-    declared_results, data = declared_files.migrate_all(root, declared, results, table,
+    declared_results, data = declared_files.migrate_all(root, declared, results, load,
                                                         _enabled_in(select, ignore, ignored_in), limits, cache)
     results += declared_results
     copied = [*copied, *data]

@@ -11,19 +11,15 @@ import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-import yaml
+from .errors import SchemaError  # noqa: F401 (raised by the validation; read here too)
 
-from .yaml_source import (
-    SchemaError,
-    check_keys,
-    dotted_name_problem,
-    line_of,
-    mapping_items,
-    number_problem,
-    plain,
-)
+if TYPE_CHECKING:
+    import yaml
+
+# The validation below reads YAML nodes (``yaml_source``, imported by each function): the records
+# themselves (``Fallback`` in every finding) are used by runs that never read the table.
 
 STATUSES = ("native", "rename", "fused", "fallback", "unsupported")
 PLANS = ("cpu", "composite", "custom-kernel", "replace-library", "manual")
@@ -68,6 +64,8 @@ _RECORD_KEYS = {"api", "status", "code", "target", "summary", "args", "precondit
 
 def text(path: Path, node: yaml.Node, what: str) -> str:
     """A checked non-empty string value."""
+    from .yaml_source import SchemaError, line_of, plain
+
     value = plain(node)
     if not isinstance(value, str) or not value.strip():
         raise SchemaError(path, line_of(node), f"{what} must be a non-empty string")
@@ -75,6 +73,8 @@ def text(path: Path, node: yaml.Node, what: str) -> str:
 
 
 def parse_fallback(path: Path, node: yaml.Node) -> Fallback:
+    from .yaml_source import SchemaError, check_keys, line_of
+
     keys = check_keys(path, node, {"plan", "detail"}, ("plan", "detail"), "fallback")
     plan = text(path, keys["plan"], "fallback.plan")
     if plan not in PLANS:
@@ -83,6 +83,9 @@ def parse_fallback(path: Path, node: yaml.Node) -> Fallback:
 
 
 def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
+    from .yaml_source import SchemaError, check_keys, line_of, mapping_items, \
+        number_problem, plain
+
     result = {}
     for dtype, key_node, value_node in mapping_items(path, node, "tolerance"):
         if dtype not in DTYPES:
@@ -101,6 +104,9 @@ def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:
 
 def parse_record(path: Path, node: yaml.Node) -> OpRecord:
     """Validate one record node; every problem names ``path:line``."""
+    from .yaml_source import SchemaError, check_keys, dotted_name_problem, line_of, mapping_items, \
+        plain
+
     keys = check_keys(path, node, _RECORD_KEYS, ("api", "status"), "op record")
     api = text(path, keys["api"], "api")
     if not API_RE.match(api):

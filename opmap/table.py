@@ -16,16 +16,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
+from . import builtin_files
 from .environment import EnvironmentRecord, parse_environment
 from .packages import IndexRecord, PackageRecord, normalise, parse_index, parse_package, specificity
 from .records import OpRecord, parse_record
 from .yaml_source import SchemaError, check_keys, compose, line_of
 
-BUILTIN_DIR = Path(__file__).parent
-
-
-def builtin_files() -> List[Path]:
-    return sorted(BUILTIN_DIR.glob("*.yaml"))
 
 
 @dataclass

@@ -21,18 +21,12 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import yaml
 
+from .errors import SchemaError  # noqa: F401  (raised here; declared without YAML)
+
 MAX_DEPTH = 32  # nesting levels of lists and mappings; real op tables and specs use fewer than 8
 _TAG = "tag:yaml.org,2002:"
 PLAIN_TAGS = {f"{_TAG}{name}": name for name in ("str", "int", "float", "bool", "null", "seq", "map")}
 DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-
-
-class SchemaError(ValueError):
-    """A problem in a user-editable YAML file, located to a line."""
-
-    def __init__(self, path: Path | str, line: int, problem: str):
-        self.path, self.line, self.problem = str(path), line, problem
-        super().__init__(f"{path}:{line}: {problem}")
 
 
 def line_of(node: yaml.Node) -> int:

@@ -8,7 +8,7 @@ import os
 import warnings
 
 from .app import app
-from . import demo, explain, ops, parity, report, run  # noqa: F401  (register the commands)
+from . import demo, explain, ops, parity, parity_init, report, run  # noqa: F401  (register the commands)
 
 # torch warns at import when NumPy is missing ("Failed to initialize NumPy"); nothing here needs
 # NumPy, so the warning is noise, in this process and in the parity workers it starts.

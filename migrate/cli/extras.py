@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from importlib import metadata
 from typing import Optional
 
 DISTRIBUTION = "npu-migrate"
@@ -22,6 +21,8 @@ TORCH_FALLBACK_SPEC = "torch"
 def torch_requirement() -> str:
     """The torch requirement of the ``parity`` extra as the installed metadata declares it
     (``torch<2.15,>=2.4``), or plain ``torch`` when the metadata cannot be read."""
+    from importlib import metadata  # only when the message is written (its import costs every command)
+
     try:
         requires = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:

@@ -27,9 +27,14 @@ class Backing(str, Enum):
     cuda = "cuda"
 
 
-@app.command("parity")
+parity_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None)
+app.add_typer(parity_app, name="parity")
+
+
+@parity_app.callback()
 def parity(
-    spec: Path = typer.Option(..., "--spec", metavar="FILE", help="Parity spec (YAML) listing the cases."),
+    ctx: typer.Context,
+    spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE", help="Parity spec (YAML) listing the cases (`migrate parity init` writes one)."),
     original: Optional[Path] = typer.Option(None, "--original", metavar="DIR", help="Original tree (default: the spec's directory)."),
     migrated: Optional[Path] = typer.Option(None, "--migrated", metavar="DIR", help="Migrated tree (default: <original>-npu)."),
     json_out: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Write the report as JSON to this file."),
@@ -44,7 +49,14 @@ def parity(
     32 when a case could not be set up (a spec reference, tree or checkpoint problem, or an
     original model that does not run) or the spec is invalid (32 alone); 130 when interrupted
     (Ctrl-C or SIGTERM: the worker processes are stopped). Needs torch (the parity extra): without
-    it, says what to install and exits 32."""
+    it, says what to install and exits 32.
+
+    `migrate parity init [PATH]` writes a spec for a migrated tree (see its --help)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if spec is None:
+        console.print("[red]error:[/] give the spec with --spec FILE (`migrate parity init PATH` writes one)", soft_wrap=True)
+        raise typer.Exit(exitcodes.USAGE_ERROR)
     missing = missing_torch("migrate parity")
     if missing:
         console.print(f"[red]error:[/] {escape(missing)}", soft_wrap=True)

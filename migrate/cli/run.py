@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import typer
 from rich.markup import escape
 
-from .. import exitcodes
+from .. import catalogue, diagnostics, exitcodes
 from . import formats
 from .app import app
 from .codes import FUSED_PREFIX, check_codes
@@ -68,10 +68,12 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings (and errors) only: no summary, no paths."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when --check finds files to change or sites that need attention (4 and 8); errors still count."),
     parity: Optional[Path] = typer.Option(None, "--parity", metavar="FILE", help="A `migrate parity --json` result to show on report.html and report.md."),
+    parity_init: bool = typer.Option(False, "--parity-init", help="Also write parity.yaml and parity_harness.py with the reports (as `migrate parity init` does), so `migrate parity --spec <report dir>/parity.yaml` proves the migration."),
     max_file_size: int = typer.Option(DEFAULT_MAX_BYTES, "--max-file-size", metavar="BYTES", min=1, help="Larger Python files are not migrated (NPU007)."),
     file_timeout: float = typer.Option(DEFAULT_MAX_SECONDS, "--file-timeout", metavar="SECONDS", min=0.1, help="CPU seconds one file may take before it is left unmigrated (NPU008)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Where results of unchanged files are cached (default: ~/.cache/npu-migrate or $NPU_MIGRATE_CACHE_DIR)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
+    no_triage: bool = typer.Option(False, "--no-triage", help="Parse every file that mentions a rule's trigger with libcst, not only those that CPython's parser finds can hold a site (slower; the same results)."),
     stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", metavar="NAME", help="With PATH -, the name of the file read from stdin (for its configuration and messages)."),
     isolated: bool = typer.Option(False, "--isolated", help="Ignore [tool.npu-migrate] in pyproject.toml."),
     resume: bool = typer.Option(False, "--resume", help="With --in-place: finish an interrupted in-place run from its journal in the report directory."),
@@ -107,7 +109,9 @@ def run_command(
                 None if no_cache else (cache_dir or _default_cache_dir()), fmt, quiet, exit_zero,
                 stdin_filename=stdin_filename)
             options.exclude, options.ignored_in = _patterns(config, path, _split(exclude))
+            options.parity_init = parity_init
             options.cache_given = cache_dir is not None
+            options.triage = not no_triage
             code = _stdin(options) if stdin else run_migration(path, options)
     except UsageError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
@@ -204,7 +208,9 @@ def run_migration(path: Path, options: RunOptions) -> int:
     from ..outputs.lock import LockedError, locked
 
     paths = confine(path, options.out, options.in_place, options.report_dir)
-    table = _load_table(options.opmap)
+    # the built-in table loads when a file is migrated (not at all when every result is cached);
+    # the user's own files are checked now, so that a schema error is always reported
+    table = _load_table(options.opmap) if options.opmap else lambda: _load_table(())
     cache = _cache(options, paths)
     backup = False
     if options.in_place and options.writes_tree:
@@ -215,11 +221,18 @@ def run_migration(path: Path, options: RunOptions) -> int:
     held = [(paths.report_dir, "report directory")] if options.writes_reports else []
     if options.writes_tree:
         held.append((paths.root, "PATH") if paths.out_dir is None else (paths.out_dir, "output directory"))
+    stored = cache.declarations() if cache is not None else None
+    diagnostics.use_stored(stored)  # the reports describe the codes without importing the rules
     try:
         with terminate_as_interrupt(), locked(held):
-            return _migrate(path, paths, table, cache, options, backup)
+            code = _migrate(path, paths, table, cache, options, backup)
+        if cache is not None and stored is None:
+            cache.put_declarations(catalogue.declarations())
+        return code
     except LockedError as exc:
         raise ConfigError(str(exc)) from exc
+    finally:
+        diagnostics.use_stored(None)
 
 
 def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup: bool) -> int:
@@ -237,7 +250,7 @@ def _migrate(path: Path, paths: Paths, table, cache, options: RunOptions, backup
     files = discover(paths.root, exclude=[paths.report_dir])
     _select_files(files, paths, options.exclude)
     result = _run(paths.root, files, table, options, cache)
-    return _finish(path, paths, result, options, backup, identity)
+    return _finish(path, paths, result, options, backup, identity, cache)
 
 
 def _run(root: Path, files, table, options: RunOptions, cache):
@@ -248,25 +261,28 @@ def _run(root: Path, files, table, options: RunOptions, cache):
         ignored_in = lambda rel: options.ignored_in(root / rel)  # noqa: E731
     return run(root, files.python, table, select=options.select, ignore=options.ignore, jobs=options.jobs,
                copied=files.other, excluded=files.excluded, unlistable=files.unlistable, too_long=files.too_long,
-               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache)
+               progress=True, limits=options.limits, ignored_in=ignored_in, cache=cache, triage=options.triage)
 
 
-def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None) -> int:
+def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool, identity: Optional[dict] = None,
+            cache=None) -> int:
     """Write what the run writes, print what it prints, and return its exit code."""
+    from functools import cache as once, partial
+
     from . import summary as show
     from ..outputs import report_json
     from ..outputs.changes import collect_changes
     from ..outputs.patch import build_patch
 
     changes = collect_changes(result)
-    patch = build_patch(changes)
+    patch = once(partial(build_patch, changes))  # made when something shows or writes it (reports left as they were: not)
     fmt = options.output_format
     human = is_human(fmt)
     # stdout is the primary output's: the summary goes there in a human format, unless the patch or
     # the statistics are what stdout carries
     talk = out if human and not (options.diff or options.statistics) else console
     if options.diff:
-        typer.echo(patch, nl=False)
+        typer.echo(patch(), nl=False)
     interrupted = _write(result, changes, paths, backup, identity) if options.writes_tree else False
     report = report_json.build(result, changes)
     if options.statistics:
@@ -277,13 +293,29 @@ def _finish(path: Path, paths: Paths, result, options: RunOptions, backup: bool,
         else:
             show.errors(report, console)
     elif not options.diff:
-        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch) if fmt == "sarif" else None),
+        typer.echo(formats.machine(fmt, report, paths.root, _sarif(report, result, patch()) if fmt == "sarif" else None),
                    nl=False)
     if not options.quiet:
         show.summary_line(report, talk)
-    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk):
+    if options.writes_reports and not _write_reports_and_say(paths, result, patch, report, options, interrupted, talk,
+                                                             cache):
         return INTERRUPTED if interrupted else _exit_code(report, result, changes, options) | exitcodes.FILE_ERRORS
-    return INTERRUPTED if interrupted else _exit_code(report, result, changes, options)
+    if interrupted:
+        return INTERRUPTED
+    return _exit_code(report, result, changes, options) | _parity_init(path, paths, options, talk)
+
+
+def _parity_init(path: Path, paths: Paths, options: RunOptions, talk) -> int:
+    """``--parity-init``: the spec beside the reports; its exit bits (32 when none could be written)."""
+    if not options.parity_init or not options.writes_tree:
+        return exitcodes.OK
+    if paths.out_dir is None:
+        console.print("[red]error:[/red] --parity-init needs the original beside the migrated tree: not with "
+                      "--in-place", soft_wrap=True)
+        return exitcodes.CONFIG_ERROR
+    from .parity_init import write_and_say
+
+    return write_and_say(paths.root, paths.out_dir, paths.report_dir, talk=talk)
 
 
 def _cache(options: RunOptions, paths: Paths):
@@ -292,8 +324,7 @@ def _cache(options: RunOptions, paths: Paths):
     if options.cache_dir is None:
         return None
     from ..cache import Cache, salt
-    from ..rules import select_rules
-    from ...opmap.table import builtin_files
+    from ...opmap import builtin_files
 
     problem = cache_overlap(options.cache_dir, paths)
     if problem and options.cache_given:
@@ -301,8 +332,8 @@ def _cache(options: RunOptions, paths: Paths):
     cache = None
     if problem is None:
         select, ignore, limits = options.select, options.ignore, options.limits
-        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], select_rules(select, ignore), select,
-                                              ignore, limits), limits.max_bytes)
+        cache = Cache(options.cache_dir, salt([*builtin_files(), *options.opmap], (), select, ignore, limits,
+                                              options.triage), limits.max_bytes)
         problem = cache.problem
     if problem:
         console.print(f"[yellow]warning:[/yellow] {escape(problem)} (running without the cache)", soft_wrap=True)

@@ -47,7 +47,9 @@ class RunOptions:
     exclude: Optional[object] = None  # config.Patterns: files not to migrate (copied unchanged)
     ignored_in: Optional[Callable[[Path], Tuple[str, ...]]] = None  # per-file-ignores, by absolute path
     stdin_filename: Optional[str] = None
+    parity_init: bool = False  # write parity.yaml and its harness with the reports (`migrate parity init`)
     cache_given: bool = False  # --cache-dir was given (a cache dir that overlaps a tree is then an error)
+    triage: bool = True  # --no-triage: every candidate file goes to libcst (``migrate.triage``)
 
     @property
     def writes_tree(self) -> bool:

@@ -27,7 +27,7 @@ from typing import Optional
 DEFAULT_REPORT_DIR = Path("npu-migrate-report")
 # what a run, a --check with --report-dir, `migrate report` and the demo write into a report directory
 REPORT_FILES = {"changes.patch", "report.json", "report.md", "report.sarif", "report.html", "parity.json", "journal",
-                "in-place-journal", "tree-staging"}
+                "in-place-journal", "tree-staging", "parity.yaml", "parity_harness.py", "__pycache__"}
 
 
 class ConfigError(Exception):

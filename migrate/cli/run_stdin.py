@@ -35,7 +35,7 @@ def run_stdin(options: RunOptions) -> int:
     table = _load_table(options.opmap)
     ignored = options.ignored_in(where.resolve()) if options.ignored_in is not None and where.name != "-" else ()
     from ..engine import build_engine
-    from ..runner import first_party_names
+    from ..first_party import first_party_names
 
     siblings = [p.name for p in where.resolve().parent.glob("*.py")] if where.name != "-" else []
     engine = build_engine(table, options.select, [*(options.ignore or ()), *ignored] or None,

@@ -48,16 +48,16 @@ def _write(result, changes, paths: Paths, backup: bool, identity: Optional[dict]
     return False
 
 
-def _write_reports_and_say(paths: Paths, result, patch: str, report: dict, options: RunOptions, interrupted: bool,
-                           talk) -> bool:
+def _write_reports_and_say(paths: Paths, result, patch, report: dict, options: RunOptions, interrupted: bool,
+                           talk, cache=None) -> bool:
     """Write the reports and say where everything went (unless --quiet); returns whether the reports
-    were written."""
+    were written. ``patch``: its text or the function that makes it; ``cache``: see ``write_reports``."""
     from ..outputs import PATCH_NAME, write_reports
     from ..outputs.patch import apply_command
 
     outcome = result.written
     try:
-        reports = write_reports(paths.report_dir, result, patch, report=report, parity=options.parity)
+        reports = write_reports(paths.report_dir, result, patch, report=report, parity=options.parity, cache=cache)
     except OSError as exc:
         console.print(f"[red]error:[/red] the reports could not be written: {escape(str(exc.filename or paths.report_dir))}: "
                       f"{escape(exc.strerror or str(exc))}", soft_wrap=True)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence, Tuple
 
 from ..findings import Finding, Requirement
-from ...opmap import Fallback, OpTable
+from ...opmap import Fallback
+
+if TYPE_CHECKING:
+    from ...opmap import OpTable
 
 
 class FileSyntaxError(Exception):

@@ -16,24 +16,24 @@ import hashlib
 import posixpath
 import re
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple, Union
 
 from .. import diagnostics
 from ..diffs import Change, file_diff
-from ..engine import error_result
 from .base import Facts, FileKind
-from .engine import migrate_file
-from .kinds import BY_NAME, kind_of
-from .requirements_txt import includes
-from ..findings import FileResult, Finding
+from ..findings import FileResult, Finding, error_result
 from ..limits import FileTimeout, Limits, time_budget
 from ..sources import SourceError, name_problem, read_source
-from ...opmap import Fallback, OpTable
+from ...opmap import Fallback
+
+if TYPE_CHECKING:
+    from ...opmap import OpTable
 
 HEAD_BYTES = 128  # enough for a #! line
 _IMPORTS_TORCH_NPU = re.compile(rb"^\s*(import\s+torch_npu\b|from\s+torch_npu\b)", re.M)
 SETUP_PY = "setup.py"
 EnabledIn = Callable[[str], Tuple[Callable[[str], bool], str]]
+Table = Union["OpTable", Callable[[], "OpTable"]]  # the op table, or the function that loads it (on a cache miss)
 
 
 def _head(path: Path) -> bytes:
@@ -46,6 +46,10 @@ def _head(path: Path) -> bytes:
 
 def split(root: Path, copied: Sequence[str]) -> Tuple[List[Tuple[str, FileKind]], List[str]]:
     """(the files a kind reads, with their kind; the files left to copy unchanged)."""
+    if not copied:
+        return [], []  # the kinds (and the parsers they import) only for a tree with other files
+    from .kinds import kind_of
+
     declared: Dict[str, FileKind] = {}
     rest = []
     present = set(copied)
@@ -65,6 +69,9 @@ def split(root: Path, copied: Sequence[str]) -> Tuple[List[Tuple[str, FileKind]]
 
 def _add_includes(root: Path, declared: Dict[str, FileKind], rest: List[str], present: set) -> None:
     """Files included by requirements files (transitively) are requirements files."""
+    from .kinds import BY_NAME
+    from .requirements_txt import includes
+
     requirements = BY_NAME["requirements"]
     todo = [rel for rel, kind in declared.items() if kind is requirements]
     while todo:
@@ -96,7 +103,7 @@ def facts(root: Path, results: Sequence[FileResult]) -> Facts:
     return Facts()
 
 
-def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, enabled_in: EnabledIn,
+def _one(root: Path, rel: str, kind: FileKind, table: Table, facts_: Facts, enabled_in: EnabledIn,
          limits: Limits, cache) -> FileResult:
     try:
         data = read_source(root / rel, limits.max_bytes)
@@ -113,6 +120,9 @@ def _one(root: Path, rel: str, kind: FileKind, table: OpTable, facts_: Facts, en
         hit = cache.get(key, data)
         if hit is not None:
             return hit
+    from .engine import migrate_file  # only on a cache miss (it imports the engine)
+
+    table = table() if callable(table) else table
     try:
         with time_budget(limits.max_seconds):
             result = migrate_file(rel, data, kind, table, facts_, enabled)
@@ -158,13 +168,20 @@ def _manual(finding: Finding) -> Fallback:
     return Fallback("manual", f"Make the change by hand: {finding.target or finding.message}.")
 
 
-def migrate_all(root: Path, declared: Sequence[Tuple[str, FileKind]], results: List[FileResult], table: OpTable,
+def migrate_all(root: Path, declared: Sequence[Tuple[str, FileKind]], results: List[FileResult], table: Table,
                 enabled_in: EnabledIn = lambda path: (lambda code: True, ""), limits: Limits = Limits(),
                 cache=None) -> Tuple[List[FileResult], List[str]]:
     """The results of the declared files, and the files that turned out to be data (a ``maybe_data``
     kind's file with nothing to read: copied as other files). ``results`` (the Python files') get
     their setup.py findings. ``enabled_in``: a file's path -> (whether a code is on in it, what
-    decides that as a cache-key part)."""
+    decides that as a cache-key part). ``table``: the op table, or the function that loads it (called
+    only for a file the cache does not hold)."""
+    setups = [i for i, result in enumerate(results)
+              if posixpath.basename(result.path) == SETUP_PY and result.status != "error" and result.kind == "python"]
+    if not declared and not setups:
+        return [], []
+    from .kinds import BY_NAME
+
     facts_ = facts(root, results)
     out, data = [], []
     for rel, kind in declared:
@@ -175,9 +192,8 @@ def migrate_all(root: Path, declared: Sequence[Tuple[str, FileKind]], results: L
             out.append(result)
     setup_kind = BY_NAME.get("setup.py")
     if setup_kind is not None:
-        for i, result in enumerate(results):
-            if posixpath.basename(result.path) == SETUP_PY and result.status != "error" and result.kind == "python":
-                scanned = _one(root, result.path, setup_kind, table, facts_, enabled_in, limits, cache)
-                results[i] = _merge_setup_py(result, scanned)
+        for i in setups:
+            scanned = _one(root, results[i].path, setup_kind, table, facts_, enabled_in, limits, cache)
+            results[i] = _merge_setup_py(results[i], scanned)
     return out, data
 

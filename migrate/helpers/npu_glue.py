@@ -711,14 +711,38 @@ def rms_norm_eps(eps):
 class RMSNorm(torch.nn.RMSNorm):
     """``torch.nn.RMSNorm`` whose forward runs ``npu_rms_norm`` where that computes what
     ``F.rms_norm`` does (same parameters, state dict and result dtype; otherwise the original
-    forward). Migrated code constructs and subclasses it in place of ``torch.nn.RMSNorm``."""
+    forward). Migrated code constructs it as ``RMSNorm.at(site=...)(...)`` and subclasses
+    ``RMSNorm.base(site=...)`` in place of ``torch.nn.RMSNorm``, so that each forward is counted
+    at the site that made it (a plain attribute, not in the state dict)."""
+
+    site = None
+
+    @classmethod
+    def at(cls, site=None):
+        """A constructor of this class whose modules count their forwards at ``site``."""
+        def construct(*args, **kwargs):
+            module = cls(*args, **kwargs)
+            module.site = site
+            return module
+        return construct
+
+    @classmethod
+    def base(cls, site=None):
+        """This class as a base whose subclasses count their forwards at ``site`` (one class per
+        site; the subclass itself is what instances and pickles name)."""
+        return _sited_rms_norm(cls, site)
 
     def forward(self, x):
         weight = _NO_WEIGHT if self.weight is None else self.weight
-        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True):
+        if rms_norm_fits(x, weight, normalized_shape=self.normalized_shape, mixed_dtype=True, site=self.site):
             gamma = x.new_ones(self.normalized_shape) if self.weight is None else self.weight
             return rms_norm(x, gamma, rms_norm_eps(self.eps), dtype=x.dtype)
         return super().forward(x)
+
+
+@lru_cache(maxsize=None)
+def _sited_rms_norm(cls, site):
+    return type(cls.__name__, (cls,), {"site": site, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 def gemma_rms_norm_fits(x, weight, *, when=True, site=None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Union
 
 from .atomic import write_atomic
 
@@ -26,32 +26,48 @@ class ReportDirError(ValueError):
     """A report directory that ``migrate report`` cannot read."""
 
 
-def write_reports(report_dir: Path, run: "RunResult", patch: str, report: Optional[dict] = None,
-                  parity: Optional[dict] = None) -> Dict[str, Path]:
+def write_reports(report_dir: Path, run: "RunResult", patch: Union[str, Callable[[], str]],
+                  report: Optional[dict] = None, parity: Optional[dict] = None, cache=None) -> Dict[str, Path]:
     """Write ``changes.patch`` and the four reports into ``report_dir``; returns their paths.
 
-    ``report`` is ``report_json.build(run)`` when the caller has it already; ``parity`` the JSON
-    of a parity run, shown on the HTML page.
+    ``patch``: its text, or the function that makes it. ``report`` is ``report_json.build(run)`` when
+    the caller has it already; ``parity`` the JSON of a parity run, shown on the HTML page. With a
+    ``cache`` (``migrate.cache.Cache``), reports made from the same inputs as the ones it recorded for
+    this directory, and still on disk byte for byte as written then, are not made again
+    (``migrate.outputs.unchanged``: a warm run of an unchanged tree renders nothing).
     """
+    from . import report_json, unchanged
+
+    report = report if report is not None else report_json.build(run)
+    paths = {name: Path(report_dir) / name for name in (PATCH_NAME, JSON_NAME, MD_NAME, SARIF_NAME, HTML_NAME)}
+    inputs = unchanged.inputs(run, report, parity) if cache is not None else None
+    if inputs is not None and unchanged.on_disk(cache, report_dir, inputs, paths):
+        return paths
+    texts = _render(run, patch if isinstance(patch, str) else patch(), report, parity)
+    written = {}
+    for name, text in texts.items():
+        data = text.encode("utf-8", "backslashreplace")  # odd file names
+        write_atomic(paths[name], data)
+        written[name] = data
+    if inputs is not None:
+        unchanged.remember(cache, report_dir, inputs, written)
+    return paths
+
+
+def _render(run: "RunResult", patch: str, report: dict, parity: Optional[dict]) -> Dict[str, str]:
     from . import report_html, report_json, report_md, report_sarif
     from ..helpers import is_helper_file
     from .hunks import parse_patch
 
-    report = report if report is not None else report_json.build(run)
     diffs = parse_patch(patch, vendored=is_helper_file)
     originals = {r.path: r.original for r in run.changed if r.original is not None}
-    texts = {
+    return {
         PATCH_NAME: patch,
         JSON_NAME: report_json.render(report),
         MD_NAME: report_md.render(report, parity),
         SARIF_NAME: report_sarif.render(report, run.root, {d.path: d for d in diffs}, originals),
         HTML_NAME: report_html.render(report, diffs, parity),
     }
-    paths = {}
-    for name, text in texts.items():
-        paths[name] = Path(report_dir) / name
-        write_atomic(paths[name], text.encode("utf-8", "backslashreplace"))  # odd file names
-    return paths
 
 
 def _read(path: Path, what: str) -> str:

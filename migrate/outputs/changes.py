@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from .. import diagnostics
 from ..diffs import Change  # noqa: F401 (the outputs read it here)
-from ..engine import error_result
+from ..findings import error_result
 from ..runner import RunResult
 from ..sources import SourceError, read_source
 

@@ -15,6 +15,7 @@ from typing import Sequence
 from ..diffs import NO_NEWLINE, Change, file_diff  # noqa: F401 (the patch's parts, read here too)
 from ..discovery import git_toplevel
 
+
 def build_patch(changes: Sequence[Change]) -> str:
     return "".join(file_diff(c) for c in changes)
 

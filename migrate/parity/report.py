@@ -218,6 +218,8 @@ COLUMNS = {"case": (4, False), "run": (7, False), "verdict": (6, False), "output
            "gradients": (24, False), "after step": (24, False), "state changes": (24, False),
            "first divergent / raised in": (20, True), "fused NPU kernels": (20, True),
            "CPU fallback ops": (16, True), "float64": (8, True)}
+# columns left out of the table when no case has a figure for them (no training, no state changes)
+OPTIONAL_COLUMNS = ("gradients", "after step", "state changes")
 
 
 def _where(case: CaseResult) -> str:
@@ -231,12 +233,11 @@ def _where(case: CaseResult) -> str:
 def render(report: ParityReport) -> Group:
     """The report as a Rich renderable: a summary table, then what went wrong in failing cases."""
     table = Table(title=f"parity: {report.migrated} vs {report.original} (backing {report.backing})")
-    for column, (width, wrap) in COLUMNS.items():
-        table.add_column(column, min_width=width, no_wrap=not wrap, overflow="fold")
+    rows = []
     for case in report.cases:
         label, style = VERDICT_STYLE[case.verdict]
         coverage = case.coverage
-        table.add_row(
+        rows.append((
             case.name,
             case.dtype,
             Text(label, style=style),
@@ -248,7 +249,15 @@ def render(report: ParityReport) -> Group:
             _ops(coverage.get("fused_npu_ops", {})) if coverage else "-",
             _ops(coverage.get("fallback_ops", {})) if coverage else "-",
             _ops(coverage.get("float64_ops", {})) if coverage else "-",
-        )
+        ))
+    shown = [i for i, column in enumerate(COLUMNS)
+             if column not in OPTIONAL_COLUMNS or any(row[i] != "-" for row in rows)]
+    for i in shown:
+        column = list(COLUMNS)[i]
+        width, wrap = COLUMNS[column]
+        table.add_column(column, min_width=width, no_wrap=not wrap, overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
     parts: List[Any] = [table]
     for case in report.cases:
         if not case.passed:

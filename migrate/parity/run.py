@@ -114,8 +114,8 @@ def run_parity(spec: Path, original: Optional[Path] = None, migrated: Optional[P
     ``timeout``: the time limit of one run of a case whose spec sets none (default ``DEFAULT_TIMEOUT``)."""
     spec = Path(spec).resolve()
     parsed = load_spec(spec)
-    original = Path(original or parsed.directory).resolve()
-    migrated = Path(migrated or default_migrated(original)).resolve()
+    original = Path(original or parsed.original or parsed.directory).resolve()
+    migrated = Path(migrated or parsed.migrated or default_migrated(original)).resolve()
     for side, tree in (("original", original), ("migrated", migrated)):
         if not tree.is_dir():
             raise SpecError([f"{spec}: the {side} tree {tree} is not a directory"])

@@ -28,6 +28,8 @@ CASE_KEYS = ("name", "factory", "kwargs", "inputs", "dtypes", "amp", "weights", 
 TRAIN_KEYS = ("optimizers", "steps", "lr", "loss")
 MAX_STEPS = 100
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
+TREE_KEYS = ("original", "migrated")  # optional top-level keys: the trees, relative to the spec
+TODO_MARK = "TODO"
 PROCESS_KEYS = ("timeout",)  # how a case's runs are run (parity.run): seconds one run may take
 MAX_INPUT_ELEMENTS = 1 << 26  # a declared input's size cap: 64 Mi elements (256 MiB in float32)
 _REF = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][\w.]*)$")
@@ -99,6 +101,8 @@ class Case:
 class Spec:
     path: Path
     cases: List[Case]
+    original: Optional[Path] = None  # the trees, when the spec names them (relative to its directory)
+    migrated: Optional[Path] = None
 
     @property
     def directory(self) -> Path:
@@ -112,17 +116,37 @@ def load_spec(path: Path) -> Spec:
         root = compose(path)
     except SchemaError as error:
         raise SpecError([str(error)]) from None
+    todos = left_todos(path, root)
+    if todos:
+        raise SpecError(todos)
     checker = _Checker(path)
     cases = checker.spec(root)
     if checker.problems:
         raise SpecError(checker.problems)
-    return Spec(path=path, cases=cases)
+    return Spec(path=path, cases=cases, **checker.trees)
+
+
+def left_todos(path: Path, root: Optional[yaml.Node]) -> List[str]:
+    """``file:line: TODO ...`` for every value still a ``TODO`` (as ``migrate parity init`` leaves
+    what it cannot infer): the spec is refused with those messages before anything else."""
+    found: List[Tuple[int, str]] = []
+    todo = [root] if root is not None else []
+    while todo:
+        node = todo.pop()
+        if isinstance(node, yaml.ScalarNode) and isinstance(node.value, str) and node.value.startswith(TODO_MARK):
+            found.append((line_of(node), f"{path}:{line_of(node)}: {node.value}"))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            todo.extend(value for _, value in node.value)
+    return [problem for _, problem in sorted(found)]
 
 
 class _Checker:
     def __init__(self, path: Path):
         self.path = path
         self.problems: List[str] = []
+        self.trees: Dict[str, Path] = {}
         self._constructor = yaml.constructor.SafeConstructor()
 
     # -- helpers -----------------------------------------------------------------------------
@@ -180,9 +204,16 @@ class _Checker:
         if root is None:
             self.problems.append(f"{self.path}:1: the spec is empty (expected a 'cases' list)")
             return []
-        top = self.mapping(root, "the spec", ("cases",))
+        top = self.mapping(root, "the spec", ("cases",) + TREE_KEYS)
         if top is None:
             return []
+        for key in TREE_KEYS:
+            if key in top:
+                value = self.value(top[key])
+                if not isinstance(value, str) or not value.strip():
+                    self.error(top[key], f"{key} must be the path of the {key} tree (relative to the spec)")
+                else:
+                    self.trees[key] = (self.path.parent / value).resolve()
         if "cases" not in top:
             self.error(root, "missing key 'cases'")
             return []

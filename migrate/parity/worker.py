@@ -33,6 +33,7 @@ from .changes import CHANGES
 from .checkpoint import load_checkpoint
 from .coverage import OpTrace
 from .failures import SETUP, CaseFailure, raised_where, stage
+from .init import harness
 from .localise import ModuleRecorder
 from .outputs import flatten, select
 from .precision import Precision, cast_floating, precision
@@ -310,6 +311,7 @@ def _setup(request: Dict[str, Any]):
     except CaseFailure as failure:
         return failure.message
     sys.path.insert(0, str(resolver.tree))  # the working directory is the run's scratch directory
+    harness.TREE = resolver.tree  # where a harness `parity init` wrote imports the tree's files from
     return resolver, trace, load_spec(Path(request["spec"]))
 
 

@@ -24,12 +24,19 @@ class Family:
     detect: Callable[[View], List[Value]]
     form: Callable[[Value], str]
     also: FrozenSet[str] = frozenset()  # codes of other rules that cover it too (a library reported instead)
+    # triage: whether a function (``triage.Function``, with the ones it calls) of a module (its ``Words``) may hold the core
+    computes: Optional[Callable[[object, object], bool]] = None
 
     def __post_init__(self) -> None:
         reported = [d.code for rule in self.rules for d in rule.declarations if not d.rewrites]
         if len(reported) != 1:
             raise ValueError(f"family {self.name}: its rules must report exactly one code without rewriting, "
                              f"not {reported}")
+
+    def may_find(self, words) -> bool:
+        """Triage (``migrate.triage``): whether a module with these words can hold a detection."""
+        return any(self.words & f.names and (self.computes is None or self.computes(words, words.reach(f)))
+                   for f in words.functions)
 
     @property
     def codes(self) -> FrozenSet[str]:

@@ -61,6 +61,15 @@ class Rule(cst.BatchableCSTVisitor):
             names = _VISITOR_NAMES[type(self)] = tuple(super().get_visitors())
         return {name: getattr(self, name) for name in names}
 
+    def may_find(cls, words) -> bool:
+        """Triage (``migrate.triage``): False only when no file whose code names ``words`` (a
+        ``triage.Words``) can hold a site of this rule. A rule answers from the vocabulary of its own
+        per-function test; this default keeps every file its ``triggers`` let through."""
+        return True
+
+    may_find.keeps_every_file = True  # a rule without a test of its own: ``triage`` keeps its files unread
+    may_find = classmethod(may_find)
+
     @classmethod
     def all_codes(cls) -> Tuple[str, ...]:
         return cls.codes

@@ -31,7 +31,13 @@ def _run(table, paths, cache, select=None):
 
 
 def _dump(result):
-    return [asdict(r) for r in result.files]
+    """The results as data, each changed file with its part of the patch (made in the worker for a file
+    migrated, from the stored text when the patch is made for a cached one)."""
+    from npu_migrate.migrate.outputs.changes import Change
+    from npu_migrate.migrate.outputs.patch import file_diff
+
+    return [{**asdict(r), "diff": file_diff(Change(r.path, r.original, r.migrated, diff=r.diff))
+             if r.status == "changed" else r.diff} for r in result.files]
 
 
 def test_rule_fixtures_cold_and_warm_are_byte_for_byte_equal(table, tmp_path):
@@ -59,6 +65,19 @@ def test_a_warm_run_reads_the_cache_instead_of_migrating(table, tmp_path, monkey
 
     monkeypatch.setattr(engine.Engine, "_migrate", refuse)  # forked workers inherit it
     assert _dump(_run(table, paths, _cache(tmp_path))) == cold
+
+
+def test_no_worker_is_started_when_every_result_is_cached(table, tmp_path, monkeypatch):
+    """Issue 23 item 2: the parent looks the files up; the pool starts only for files it lacks."""
+    paths = [f"{case}/input.py" for case in CASES[:20]]
+    cold = _dump(_run(table, paths, _cache(tmp_path)))
+    from npu_migrate.migrate import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("workers started although every result is cached")
+
+    monkeypatch.setattr(runner, "supervise", refuse)
+    assert _dump(run(FIXTURES, paths, lambda: refuse(), jobs=2, cache=_cache(tmp_path))) == cold
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "wrong_types", "other_key", "checksum"])
@@ -110,10 +129,10 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
 
     assert unsafe(tmp_path / "mine") is None
     assert (tmp_path / "mine").stat().st_mode & 0o777 == 0o700
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    assert "writable by other users" in unsafe(shared)
+    open_to_all = tmp_path / "open_to_all"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    assert "writable by other users" in unsafe(open_to_all)
 
 
 # -- issue 25 item 1: a cache that cannot be used against its owner ------------------------------------
@@ -197,16 +216,16 @@ def test_entries_someone_else_could_have_written_are_refused(table, tmp_path, at
 def test_cache_directories_are_private_whatever_the_umask(table, tmp_path):
     import os
 
-    shared = tmp_path / "home-cache"
-    shared.mkdir(mode=0o755)
+    home_cache = tmp_path / "home-cache"
+    home_cache.mkdir(mode=0o755)
     previous = os.umask(0)
     try:
-        _npu203(table, shared)
+        _npu203(table, home_cache)
     finally:
         os.umask(previous)
-    made = [p for p in (shared / "cache").rglob("*")]
+    made = [p for p in (home_cache / "cache").rglob("*")]
     assert any(p.is_dir() for p in made) and any(p.name == "key" for p in made)
-    for path in [shared / "cache", *made]:
+    for path in [home_cache / "cache", *made]:
         mode = path.stat().st_mode & 0o777
         if path.is_dir():
             assert mode == 0o700, path
@@ -224,5 +243,5 @@ def test_the_patch_and_the_tree_come_from_the_one_stored_text(table, tmp_path):
     _forge(entries[0], cache)
     warm = _run(table, paths, _cache(tmp_path / "cache"))
     (forged,) = [r for r in warm.files if r.migrated == INJECTED]
-    assert forged.diff is not None and "+os.system('echo owned')" in forged.diff
+    assert forged.diff is None  # nothing but the stored text: the patch makes its part from it
     assert "+os.system('echo owned')" in build_patch(collect_changes(warm))

@@ -177,3 +177,31 @@ def test_ctrl_c_stops_a_large_run_within_seconds(tmp_path):
     assert "interrupted" in stderr and "Traceback" not in stderr
     leftovers = [p for p in tmp_path.rglob("*.tmp")]
     assert not leftovers, leftovers
+
+
+def test_an_interrupt_while_the_results_come_back_stops_the_workers_before_run_returns(tmp_path, monkeypatch):
+    """Ctrl-C between two results (in the loop that collects them, not inside the pool) kills the
+    workers at once: they are not left running until the interrupted generator is collected."""
+    import multiprocessing
+    from contextlib import contextmanager
+
+    from npu_migrate.migrate import runner
+    from npu_migrate.opmap import load_table
+
+    body = OK + "".join(f"\n\ndef f{i}(t):\n    return t.cuda().float() + {i}\n" for i in range(40))
+    paths = []
+    for i in range(12):
+        (tmp_path / f"m{i:02d}.py").write_text(body)
+        paths.append(f"m{i:02d}.py")
+
+    @contextmanager
+    def progress(total, enabled):
+        def advance(n):
+            raise KeyboardInterrupt
+        yield advance
+
+    monkeypatch.setattr(runner, "_progress", progress)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        runner.run(tmp_path, paths, load_table(), jobs=2, progress=True)
+    assert interrupted.traceback  # the frames (and what they hold) are still alive here
+    assert not multiprocessing.active_children()

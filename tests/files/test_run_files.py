@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.files import run as files_run
+from npu_migrate.migrate.files import engine as files_engine
 from tests.cli.conftest import git, git_init, invoke, write_tree
 
 REPO = {
@@ -104,7 +104,7 @@ def test_the_cache_serves_them_and_their_key_follows_the_python_files(repo, tmp_
     def refuse(*args, **kwargs):
         raise AssertionError("a dependency file was migrated although cached")
 
-    monkeypatch.setattr(files_run, "migrate_file", refuse)
+    monkeypatch.setattr(files_engine, "migrate_file", refuse)  # files.run imports it on a cache miss only
     second = invoke(repo, "--out", tmp_path / "o2", "--report-dir", tmp_path / "r2", "--cache-dir", cache)
     assert second.exit_code == 0
     assert _report(tmp_path / "r1")["findings"] == _report(tmp_path / "r2")["findings"]

@@ -122,3 +122,30 @@ def test_under_torch_compile_guards_trace_without_a_graph_break_and_record_nothi
         torch._dynamo.reset()
     torch.testing.assert_close(got, norm(x, w))
     assert fresh.site_counts()[SITE] == {"calls": 1, "fused": 1, "fallbacks": {}}  # the eager call only
+
+
+def test_rms_norm_modules_count_their_forwards_at_the_site_that_made_them(fresh, tmp_path):
+    """``nn.RMSNorm`` constructions and subclasses, migrated to ``npu_glue.RMSNorm.at(site=...)`` and
+    ``.base(site=...)``: each module counts at its own site; the state dict, results and pickling are
+    those of torch's module."""
+    built_at, subclassed_at = "m.py:4:NPU320", "m.py:9:NPU320"
+    scaled = type("Scaled", (fresh.RMSNorm.base(site=subclassed_at),), {"__module__": __name__})
+    globals()["Scaled"] = scaled  # picklable by reference, as a class of the user's module is
+    plain = fresh.RMSNorm.at(site=built_at)(8, eps=1e-5)
+    sub, other = scaled(8), scaled(8)
+    x = torch.randn(3, 8)
+    for module in (plain, sub, other):
+        want = torch.nn.RMSNorm(8, eps=module.eps)
+        want.load_state_dict(module.state_dict())
+        torch.testing.assert_close(module(x), want(x))
+        assert list(module.state_dict()) == ["weight"]
+    plain(x.double())  # float64: the kernel does not take it
+    counts = fresh.site_counts()
+    assert counts[built_at]["calls"] == 2 and counts[built_at]["fused"] == 1
+    assert list(counts[built_at]["fallbacks"]) and counts[subclassed_at] == {"calls": 2, "fused": 2, "fallbacks": {}}
+    assert isinstance(sub, torch.nn.RMSNorm) and fresh.RMSNorm.base(site=subclassed_at) is scaled.__mro__[1]
+    path = tmp_path / "m.pt"
+    torch.save(torch.nn.Sequential(plain, sub), path)
+    again = torch.load(path, weights_only=False)
+    assert (again[0].site, again[1].site) == (built_at, subclassed_at)
+    del globals()["Scaled"]

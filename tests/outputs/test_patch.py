@@ -79,3 +79,15 @@ def test_the_review_page_summarises_the_vendored_helper(tmp_path):
     assert f"vendored helper, {helper_lines} lines" in page
     assert "def rms_norm_fits" not in page and "rms_norm_fits" in page  # the helper's text is not on the page
     assert "+++ b/pkg/npu_glue.py" in (tmp_path / "rep" / "changes.patch").read_text()
+
+
+@pytest.mark.parametrize("text", ["", "a", "a\n", "a\nb", "\n\n", "p = 1\r\nq = 2\r\n", "x\n" * 1000])
+def test_a_new_file_is_diffed_as_difflib_diffs_it(text):
+    """New files (a vendored helper in every migrated directory) skip the line matching, not its output."""
+    import difflib
+
+    from npu_migrate.migrate.diffs import _lines
+
+    reference = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                        for line in list(difflib.unified_diff([], _lines(text), n=3))[2:])
+    assert build_patch([Change("h.py", None, text)]).split("+++ b/h.py\n", 1)[1] == reference

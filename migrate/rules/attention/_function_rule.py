@@ -12,6 +12,7 @@ from ._match import match, unmatched_scores
 from ...view.ops import Op
 
 SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax"}
+SOFTMAX_NAMES = frozenset({"softmax", "Softmax"})
 
 
 def attention_in(view) -> List[object]:
@@ -61,12 +62,17 @@ def _multiplied(view) -> set:
 class FunctionRule:
     """Mixin for rules that analyse the attention of each function."""
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """The cheap filter for some function (an import names what it imports)."""
+        aliases = SOFTMAX_NAMES | words.may_denote(SOFTMAX)
+        return any(f.names & aliases for f in words.functions)
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
             return
         # cheap filter: functions that mention a softmax (under any imported alias)
-        aliases = {"softmax", "Softmax"} | {local for local, qualified in self.ctx.names.imports.items()
-                                            if qualified & SOFTMAX}
+        aliases = SOFTMAX_NAMES | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
         if not self.ctx.tree.names(node.body) & aliases:
             return
         view = self.ctx.view(node)

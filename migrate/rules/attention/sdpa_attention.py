@@ -29,6 +29,11 @@ class SdpaAttention(Rule):
     )
     triggers = (b"scaled_dot_product_attention",)
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """The call's qualified name ends in its own name (an import, a star import, an attribute)."""
+        return API.rsplit(".", 1)[1] in words.names
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.qualified_name(node.func) != API or self.ctx.is_helper or self.ctx.migrated(node):
             return

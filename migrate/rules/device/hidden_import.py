@@ -35,6 +35,11 @@ class HiddenImport(Rule):
     )
     triggers = (b"__import__", b"import_module", b"import *")
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """A run-time import names its function (``NameResolver.dynamic_import``); a star import of torch."""
+        return bool(words.names & {"__import__", "import_module"}) or any(_torch(m) for m in words.star_modules)
+
     def visit_Call(self, node: cst.Call) -> None:
         names = self.ctx.names
         module = names.dynamic_import(node)

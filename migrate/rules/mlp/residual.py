@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from .._residual import Family, peel, values
+from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
 from .swiglu import SwiGlu
@@ -33,4 +34,5 @@ FAMILY = Family(
     "gated_mlp", (SwiGlu,), "pattern.gated_mlp.unrecognised",
     frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
     lambda v: "act(projection) · projection",
+    computes=lambda words, function: computes(words, function, Op.MUL),
 )

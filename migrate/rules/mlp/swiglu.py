@@ -35,7 +35,7 @@ from ...parens import atom
 from ..results import Blocked
 from ...view.emit import sited
 from ...view.regions import _statement_index, enclosing_block, interior
-from ._experts import experts_gate, last_statement
+from ._experts import DECORATOR, experts_gate, last_statement
 from ._feeders import Node, assigned, inside, operand, removable
 from ._match import Gated, gated_in
 from ...view.syntax import code
@@ -52,6 +52,13 @@ REUSE_PLAN = Fallback("manual", (
     "time), and compute act(gate) separately only where it is read."))
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
+EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
+
+
+def names_activation(names: Set[str], aliases: Set[str]) -> bool:
+    """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
+    (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
+    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)
 
 
 class SwiGlu(Rule):
@@ -82,6 +89,16 @@ class SwiGlu(Rule):
             if problem is not None:
                 self.report(match.product.node, f"gated MLP not fused: {problem}", fallback=REUSE_PLAN, code=REPORT)
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_gate`` for some function (an imported activation is named by its import), or an
+        experts class's decorator (``_swiglu_experts``: named, as a name or an attribute, however it
+        is imported)."""
+        if EXPERTS_DECORATOR in words.names:
+            return True
+        aliases = {n for n in words.names if n.lower() in ACTIVATION_NAMES} | words.may_denote(())
+        return any(names_activation(f.names, aliases) and ("mul" in f.names or f.multiplies) for f in words.functions)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         """An MoE experts class that transformers gates with its library default (``mlp._experts``)."""
         if self.ctx.is_helper or self.ctx.migrated(node):
@@ -97,7 +114,7 @@ class SwiGlu(Rule):
         """The cheap filter before the view is built: the function names an activation (or a split)
         and multiplies."""
         names = self.ctx.tree.names(func.body)
-        if not (names & HINTS or names & self._aliases() or any(n.startswith("act") or "activation" in n for n in names)):
+        if not names_activation(names, self._aliases()):
             return False
         return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
                                      or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from .._residual import Family, peel, values
+from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
 from .rms_norm import RmsNorm
@@ -34,4 +35,6 @@ FAMILY = Family(
     "rms_norm", (RmsNorm,), "pattern.rms_norm.unrecognised",
     frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
     lambda v: "nn.RMSNorm module" if v.op == Op.RMS_NORM_MODULE else "x · rsqrt(mean(x²) + eps)",
+    computes=lambda words, function: any(computes(words, function, op)
+                                         for op in (Op.MEAN, Op.RMS_NORM, Op.RMS_NORM_MODULE)),
 )

@@ -17,7 +17,8 @@ that dtype depends on a branch (T5) the guard requires equal dtypes. Gemma's ``1
 factor), which has a backward on an NPU: ``npu_gemma_rms_norm`` has none, so training would lose
 the fusion; it stays only for a result promoted from x's and the weight's dtypes (inference only).
 ``torch.nn.RMSNorm`` modules
-and subclasses are built from ``npu_glue.RMSNorm``, whose forward does the same.
+and subclasses are built from ``npu_glue.RMSNorm`` (``.at(site=...)`` to construct, ``.base(site=...)``
+to subclass), whose forward does the same and counts its calls at the site.
 
 Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
 reduction dim, LayerNorm-style centring, several factors, no eps, a float32 result never cast back,
@@ -26,13 +27,13 @@ a cast to another tensor's dtype, branches), and operands the guard cannot read.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import template
+from ...edits import SITE, template
 from ...view.emit import emit, operand_text, sited
 from ...view.values import number
 from ...view.regions import interior
@@ -45,6 +46,17 @@ from ...view.ops import Op
 FUSED, REPORT = "NPU320", "NPU321"
 TARGET = "torch_npu.npu_rms_norm"
 MODULE = "torch.nn.RMSNorm"
+
+
+def names_norm(names: Set[str], may_denote: Callable[[List[str]], Set[str]]) -> bool:
+    """The vocabulary of the cheap test: a mean and a root (``"0.5"`` stands for a 0.5 literal), or
+    rms_norm, each also by a local name that ``may_denote`` it."""
+    means = {"mean"} | may_denote(["torch.mean"])
+    roots = {"rsqrt", "sqrt", "0.5"} | may_denote(["torch.rsqrt", "torch.sqrt"])
+    norms = {"rms_norm"} | may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
+    return bool(names & means and names & roots or names & norms)
+
+
 NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
 PLAN = Fallback(
     "manual",
@@ -118,6 +130,14 @@ class RmsNorm(Rule):
                 self._by_name.setdefault(node.name.value, []).append(node)
         return [f for funcs in self._by_name.values() for f in funcs]
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_hold`` for some function (with the functions it calls), or an nn.RMSNorm."""
+        if MODULE.rsplit(".", 1)[1] in words.names:
+            return True
+        reached = (words.reach(f) for f in words.functions)
+        return any(names_norm(r.names | ({"0.5"} if r.half else set()), words.may_denote) for r in reached)
+
     def _may_hold(self, func: cst.FunctionDef) -> bool:
         """Cheap and necessary for a match: the function and the functions of this module it may call
         (the view inlines them) name a mean and a root (or hold the 0.5 of ``** -0.5``), or name
@@ -140,10 +160,7 @@ class RmsNorm(Rule):
                     own = self.ctx.tree.names(current)
                     names |= own | ({"0.5"} if id(current) in self._halves else set())
                     stack.extend(f for name in own for f in self._by_name.get(name, ()))
-            means = {"mean"} | self.ctx.names.may_denote(["torch.mean"])
-            roots = {"rsqrt", "sqrt", "0.5"} | self.ctx.names.may_denote(["torch.rsqrt", "torch.sqrt"])
-            norms = {"rms_norm"} | self.ctx.names.may_denote(["torch.nn.functional.rms_norm", "torch.rms_norm"])
-            found = self._mentions[id(func)] = bool(names & means and names & roots or names & norms)
+            found = self._mentions[id(func)] = names_norm(names, self.ctx.names.may_denote)
         return found
 
     def _analyse(self, func: cst.FunctionDef) -> Tuple[List[Norm], List, List]:
@@ -261,14 +278,16 @@ class RmsNorm(Rule):
     # -- torch.nn.RMSNorm -----------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.is_helper and self.qualified_name(node.func) == MODULE and not self.ctx.migrated(node):
-            self._module(node.func, "nn.RMSNorm module")
+            self._module(node.func, "nn.RMSNorm module", "at")
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             if not self.ctx.is_helper and base.keyword is None and self.qualified_name(base.value) == MODULE:
-                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}")
+                self._module(base.value, f"nn.RMSNorm subclass {node.name.value}", "base")
 
-    def _module(self, node: cst.CSTNode, what: str) -> None:
-        self.replace(node, template(f"{HELPER}.RMSNorm"), f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in "
-                                                          "its forward where it computes the same; same state dict)",
-                     target=TARGET, api=MODULE, helpers=[HELPER])
+    def _module(self, node: cst.CSTNode, what: str, how: str) -> None:
+        """``torch.nn.RMSNorm`` → ``npu_glue.RMSNorm.at(site=...)`` (a construction) or
+        ``npu_glue.RMSNorm.base(site=...)`` (a base class): the module counts its forwards at the site."""
+        self.replace(node, template(f"{HELPER}.RMSNorm.{how}(site={SITE})"),
+                     f"{what} → {HELPER}.RMSNorm (torch_npu.npu_rms_norm in its forward where it computes the same; "
+                     "same state dict)", target=TARGET, api=MODULE, helpers=[HELPER])

@@ -20,7 +20,7 @@ inlined by it, so this module matches three computations:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import libcst as cst
 
@@ -29,6 +29,9 @@ from ...view.shapes import equal
 from ...view import Value
 from ...view.ops import Op
 
+#: every form (and every report of ``unmatched``) rotates with one of these ops, or calls a function
+#: whose name says it rotates, and multiplies (the triage reads this: ``may_rotate``)
+ROTATION_OPS = ("cat", "stack", "view_as_real", "view_as_complex")
 HALF, INTERLEAVE = "half", "interleave"
 FULL, PAIRS, COMPLEX = "full", "pairs", "complex"
 
@@ -285,8 +288,24 @@ def _calls_rotation_helper(value: Value) -> bool:
     return False
 
 
+def may_rotate(words, function, helpers: Iterable[str]) -> bool:
+    """Whether ``function`` (a ``triage.Function`` with the functions it calls) of a module with these
+    ``triage.Words`` may compute a rotation this module (or the residual pass) matches: a product,
+    and a rotation op or a helper whose name says it rotates (among ``helpers``)."""
+    from ...triage import may_compute
+
+    if not (function.may_compute("mul") and may_compute(words, "mul")):
+        return False
+    return any(_rotation_name_text(name) for name in function.names & set(helpers)) or \
+        any(function.may_compute(op) and may_compute(words, op) for op in ROTATION_OPS)
+
+
 def _rotation_name(callee: Optional[Value]) -> bool:
     """An imported or global function (not a parameter) whose name says it rotates."""
     if callee is None or callee.op not in (Op.NAME, Op.FREE):
         return False
-    return "rot" in (callee.name or "").rsplit(".", 1)[-1].lower()
+    return _rotation_name_text(callee.name or "")
+
+
+def _rotation_name_text(name: str) -> bool:
+    return "rot" in name.rsplit(".", 1)[-1].lower()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from .._residual import Family, peel, values
+from ._match import may_rotate
 from ...view import Value, View
 from ...view.ops import Op
 from .rotary import Rotary
@@ -62,4 +63,5 @@ FAMILY = Family(
     "rotary", (Rotary,), "pattern.rotary.unrecognised",
     frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
     lambda v: "complex rotation" if v.op == Op.MUL else "x·cos ± rotate(x)·sin",
+    computes=lambda words, function: may_rotate(words, function, function.names),  # a helper by any name
 )

@@ -21,7 +21,7 @@ in another module, and regions that would not be sound.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -30,7 +30,7 @@ from ...diagnostics import DiagnosticCode
 from ...edits import ImportSpec
 from ...view.emit import emit, operand_text, sited
 from ...view.regions import statement_of
-from ._match import COMPLEX, FULL, Rope, ropes, unmatched
+from ._match import COMPLEX, FULL, Rope, may_rotate, ropes, unmatched
 from ...view.syntax import code
 from ..base import Rule
 from ....opmap import Fallback
@@ -45,6 +45,12 @@ NOTE = "npu-migrate NPU310: fused rotary embedding where npu_glue proves it exac
 ROTARY_NAMES = ("cat", "concat", "concatenate", "stack", "view_as_real", "view_as_complex")
 ROTARY_APIS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.view_as_real",
                "torch.view_as_complex")
+
+
+def names_rotation(names: Set[str], may_denote: Callable[[List[str]], Set[str]]) -> bool:
+    """The vocabulary of the cheap test: a concatenation, stack or complex view (by a local name
+    that ``may_denote`` one), or a name with "rot" in it."""
+    return bool(names & (set(ROTARY_NAMES) | may_denote(list(ROTARY_APIS)))) or any("rot" in n.lower() for n in names)
 
 class Rotary(Rule):
     declarations = (
@@ -64,6 +70,13 @@ class Rotary(Rule):
         self._by_name: Optional[Dict[str, List[cst.FunctionDef]]] = None
 
     # -- which functions ------------------------------------------------------------------------
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """``_may_rotate`` for some function (with the functions it calls), and the ops of a match."""
+        helpers = words.callees()
+        return any(names_rotation(r.names, words.may_denote) and may_rotate(words, r, helpers)
+                   for r in map(words.reach, words.functions))
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper or not self._may_rotate(node, set()):
             return
@@ -83,8 +96,7 @@ class Rotary(Rule):
         if found is None:
             seen.add(id(func))
             names = self.ctx.tree.names(func)
-            aliases = set(ROTARY_NAMES) | self.ctx.names.may_denote(list(ROTARY_APIS))
-            found = bool(names & aliases) or any("rot" in name.lower() for name in names) or any(
+            found = names_rotation(names, self.ctx.names.may_denote) or any(
                 self._may_rotate(callee, seen) for callee in self._callees(func, names) if id(callee) not in seen)
             self._mentions[id(func)] = found
         return found

@@ -62,6 +62,9 @@ ONLY_ORIGINAL = "is read after the region but only the original branch defines i
 ARITHMETIC = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "//"}
 
 
+TOPK = "topk"  # a router's function names it (torch.topk, .topk, a helper)
+
+
 class MoeGating(Rule):
     declarations = (
         DiagnosticCode("NPU340", "moe-gating",
@@ -78,6 +81,12 @@ class MoeGating(Rule):
         self._done: Set[int] = set()  # top-k nodes already handled (a helper is read alone and where it is inlined)
         self._blocked: Dict[int, Blocked] = {}  # reported at the end of the file, unless fused at a caller
 
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """The test of ``visit_FunctionDef`` for some function."""
+        return any(any(TOPK in name for name in f.names) and names_a_router(f.names, [f.name, f.owner or ""])
+                   for f in words.functions)
+
     def leave_Module(self, node: cst.Module) -> None:
         parents = self.ctx.tree.parents()
         for key, match in self._blocked.items():
@@ -88,7 +97,7 @@ class MoeGating(Rule):
         if self.ctx.is_helper:
             return
         names = self.ctx.tree.names(node.body)
-        if not any("topk" in name for name in names):
+        if not any(TOPK in name for name in names):
             return
         holder = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(node))))
         owner = [holder.name.value] if isinstance(holder, cst.ClassDef) else []

@@ -8,6 +8,7 @@ from typing import List
 import libcst as cst
 
 from .._residual import Family, peel, values
+from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
 from .moe_gating import MoeGating
@@ -44,4 +45,6 @@ def _router(view: View) -> List[Value]:
 FAMILY = Family(
     "router", (MoeGating,), "pattern.router.unrecognised",
     frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
+    computes=lambda words, function: computes(words, function, Op.TOPK)
+    and (computes(words, function, Op.SOFTMAX) or computes(words, function, Op.SIGMOID)),
 )
