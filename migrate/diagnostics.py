@@ -25,6 +25,9 @@ class DiagnosticCode:
     rewrites: bool = False  # its sites are rewritten (else reported)
     example: Optional[str] = None  # the fixture's stem: fixtures/<fixtures>/<code>_<example>/
     fixtures: str = "rules"  # the fixtures folder: "rules" (Python rules) or "files" (dependency and launcher files)
+    # the doc page's prose (markdown ``## `` sections: What it does, Why, Fix safety), usually the rule
+    # module's docstring; empty: the prose is the hand-written part of ``docs/<code>.md``
+    doc: str = ""
 
     @property
     def example_dir(self) -> Optional[str]:

@@ -755,6 +755,55 @@ def gemma_rms_norm_fits(x, weight, *, when=True, site=None):
     return _record(site, why, when=when)
 
 
+def add_rms_norm_fits(x1, x2, norm, kind, weight, *, when=True, site=None):
+    """``npu_add_rms_norm(x1, x2, weight, eps)`` computes what ``norm(x1 + x2)`` does, and the sum:
+    ``norm`` is exactly a ``kind`` module (the class whose forward the rule read as an RMSNorm) and
+    calling it runs that forward (no hooks, no forward of the instance's own); x1 and x2 are float
+    tensors of one shape (no broadcasting), 1 to 8 dims; the weight covers the last dim and has the
+    dtype of the sum; no gradient is needed (the kernel has no backward on a real NPU)."""
+    return _record(site, _add_rms_norm_why(x1, x2, norm, kind, weight), when=when)
+
+
+def _add_rms_norm_why(x1, x2, norm, kind, weight):
+    if type(norm) is not kind:
+        return f"the norm is a {type(norm).__name__}, not the {kind.__name__} that was read"
+    if _hooked(norm):
+        return "calling the norm runs hooks or a forward of the instance's own"
+    if not (torch.is_tensor(x1) and torch.is_tensor(x2)) or x1.dtype not in _FLOATS or x2.dtype not in _FLOATS:
+        return "x1 and x2 are not float16/bfloat16/float32 tensors"
+    if x1.shape != x2.shape:
+        return f"x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} differ in shape (a broadcasting add)"
+    summed = x1 if x1.dtype == torch.promote_types(x1.dtype, x2.dtype) else x2
+    why = _rms_norm_why(summed, weight, None, 1, False)
+    if why is None and not _no_grad_needed(x1, x2, weight):
+        why = "a gradient is needed (npu_add_rms_norm has no backward)"
+    return why
+
+
+#: A hook function with this attribute set only observes calls (``migrate parity``'s recorder): a
+#: fast path that computes a module's result without calling it may leave it uncalled.
+OBSERVER = "npu_glue_observer"
+
+
+def _hooked(module):
+    """Whether calling ``module`` runs more than its class's forward: a hook that is not an
+    observer's (``OBSERVER``), torch's global module hooks included, or a forward of its own."""
+    shared = torch.nn.modules.module
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks,
+             shared._global_forward_hooks, shared._global_forward_pre_hooks, shared._global_backward_hooks,
+             shared._global_backward_pre_hooks)
+    return any(not getattr(hook, OBSERVER, False) for found in hooks for hook in found.values()) \
+        or "forward" in module.__dict__
+
+
+def add_rms_norm(x1, x2, weight, epsilon=1e-06):
+    """``(norm(x1 + x2), x1 + x2)`` by one ``npu_add_rms_norm`` call, in the dtype of the sum (the
+    inputs are brought to it first, as ``x1 + x2`` does)."""
+    dtype = torch.promote_types(x1.dtype, x2.dtype)
+    y, _, summed = torch_npu.npu_add_rms_norm(x1.to(dtype), x2.to(dtype), weight, epsilon=epsilon)
+    return y, summed
+
+
 # -- SwiGLU -------------------------------------------------------------------------------------------
 # The gate and up projections run as the original runs them (the modules called, or the products
 # made, with the parameters they hold now) and their two outputs are concatenated for the kernel: a

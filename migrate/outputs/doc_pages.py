@@ -7,7 +7,8 @@ section (its declared example fixture: a rewrite's first changed hunk of ``input
 index and environment records). A dependency or launcher file's code takes its example from
 ``fixtures/files/<CODE>_<slug>/`` (``input/<file>`` → ``expected/<file>``, in the file's own
 language). The other sections are written by hand and kept as they are; a tool code's Example is
-hand-written too (it has no fixture).
+hand-written too (it has no fixture). A code that declares its ``doc`` (a rule module's docstring,
+in ``## `` sections) has a wholly generated page: its prose lives once, with the rule.
 
 The pages are package data and the installed tool has no fixtures, so this is a dev-time step:
 ``python -m npu_migrate.migrate.outputs.doc_pages --write`` rewrites the pages in place,
@@ -186,9 +187,21 @@ def _set_section(page: str, title: str, body: str, before: str) -> str:
     return page[:anchor.start()] + text + page[anchor.start():]
 
 
+def prose(doc: str) -> str:
+    """The ``## `` sections of a declared ``doc`` (a rule module's docstring: its summary line and
+    whatever precedes the first section are for readers of the code)."""
+    at = re.search(r"^## ", doc, re.M)
+    if at is None:
+        raise ValueError("a declared doc needs '## ' sections (What it does, Why, Fix safety)")
+    return doc[at.start():].rstrip("\n") + "\n"
+
+
 def render(page: str, declared: DiagnosticCode, keys: Sequence[str] = (), fixtures: Path = FIXTURES) -> str:
-    """``page`` with its generated parts made from ``declared`` (the hand-written sections kept)."""
+    """``page`` with its generated parts made from ``declared`` (the hand-written sections kept; a
+    code that declares its ``doc`` has no hand-written part: the page is made from it)."""
     _, _, rest = page.partition("\n")
+    if declared.doc:
+        rest = "\n" + prose(declared.doc)
     page = f"# {declared.code}: {declared.summary}\n{rest}"
     if declared.example:
         page = _set_section(page, EXAMPLE, example_section(declared, fixtures), AFTER_EXAMPLE)
@@ -204,9 +217,9 @@ def generated(docs: Path = diagnostics.DOCS_DIR, fixtures: Path = FIXTURES) -> D
     pages = {}
     for code, declared in catalogue.declarations().items():
         path = docs / f"{code}.md"
-        if not path.is_file():
+        if not path.is_file() and not declared.doc:
             raise FileNotFoundError(f"{path}: {code} has no doc page (write its hand-written sections first)")
-        current = path.read_text(encoding="utf-8")
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
         pages[path] = (current, render(current, declared, keys.get(code, ()), fixtures))
     return pages
 

@@ -6,6 +6,10 @@ called: the first divergent call in that order is the innermost one. A call is i
 module's qualified name and how many times that module had been called before, so modules that
 run several times (a shared norm, a loop over layers) line up across the two sides.
 
+The hooks are observers (``npu_glue.OBSERVER``): a fused path that computes a module's result
+without calling it (NPU322's add + RMSNorm) runs as it runs without them, and that module's calls
+are missing on the migrated side (calls are paired by key; an unpaired one is not judged).
+
 A forward that raises is localised the same way: the hooks also run when a forward raises
 (``always_call``), innermost module first, so the first module whose forward raised the error
 that escaped the model (or one it was raised from) is where it happened.
@@ -51,6 +55,7 @@ class ModuleRecorder:
             inputs = list(flatten(args).values()) + list(flatten(kwargs).values()) if self._keep else []
             self._pending.setdefault(name, []).append({"module": name, "call": call, "inputs": inputs})
 
+        hook.npu_glue_observer = True  # it only records (npu_glue.OBSERVER): a fast path may skip the module
         return hook
 
     def _post(self, name: str):
@@ -63,6 +68,7 @@ class ModuleRecorder:
                 record["outputs"] = flatten(output)
                 self.calls.append(record)
 
+        hook.npu_glue_observer = True
         return hook
 
     def raised_in(self, error: BaseException) -> Optional[Tuple[str, int]]:

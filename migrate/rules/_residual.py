@@ -2,9 +2,10 @@
 what the residual pass (``migrate/residual.py``) looks for in each function and how it reports a
 component no rule of the family covered; ``peel`` and ``values`` are the detectors' common readers.
 
-A family names its rules; the codes that cover a detection and the code a residual finding gets are
-derived from their declarations (every code the rules declare; the one code they report without
-rewriting), so a new code of a family's rule covers its detections without a second list."""
+A family's rules are the rules of its package (``rules/<family>/``); the codes that cover a detection
+and the code a residual finding gets are derived from their declarations (every code the rules
+declare; the one code they report without rewriting), so a new rule of the family, or a new code of
+one, covers its detections without a second list."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..view.ops import Op
 @dataclass(frozen=True)
 class Family:
     name: str
-    rules: Tuple[type, ...]  # the family's rules (``Rule`` classes): their codes cover a detection
+    package: str  # the family's package (``rules/<family>/``): its rules' codes cover a detection
     record: str  # the op-table record of a residual finding (summary and plan)
     words: FrozenSet[str]  # the function must name one of these for the detector to run
     detect: Callable[[View], List[Value]]
@@ -27,16 +28,17 @@ class Family:
     # triage: whether a function (``triage.Function``, with the ones it calls) of a module (its ``Words``) may hold the core
     computes: Optional[Callable[[object, object], bool]] = None
 
-    def __post_init__(self) -> None:
-        reported = [d.code for rule in self.rules for d in rule.declarations if not d.rewrites]
-        if len(reported) != 1:
-            raise ValueError(f"family {self.name}: its rules must report exactly one code without rewriting, "
-                             f"not {reported}")
-
     def may_find(self, words) -> bool:
         """Triage (``migrate.triage``): whether a module with these words can hold a detection."""
         return any(self.words & f.names and (self.computes is None or self.computes(words, words.reach(f)))
                    for f in words.functions)
+
+    @property
+    def rules(self) -> Tuple[type, ...]:
+        """The rules of the family's package (looked up at call time, as ``rules.all_rules``)."""
+        from . import all_rules
+
+        return tuple(rule for rule in all_rules() if rule.__module__.startswith(f"{self.package}."))
 
     @property
     def codes(self) -> FrozenSet[str]:
@@ -46,7 +48,11 @@ class Family:
     @property
     def report(self) -> str:
         """The code a residual finding gets: the one code of the family's rules that reports."""
-        return next(d.code for rule in self.rules for d in rule.declarations if not d.rewrites)
+        reported = [d.code for rule in self.rules for d in rule.declarations if not d.rewrites]
+        if len(reported) != 1:
+            raise ValueError(f"family {self.name}: its rules must report exactly one code without rewriting, "
+                             f"not {reported}")
+        return reported[0]
 
 
 def peel(value: Optional[Value], ops=(Op.CAST, Op.SAME)) -> Optional[Value]:

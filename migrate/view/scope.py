@@ -54,16 +54,25 @@ class Scope:
 
 def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:
     """Module-level functions whose name is bound once (no reassignment, no second def)."""
+    return _bound_once(module, cst.FunctionDef)
+
+
+def module_classes(module: cst.Module) -> Dict[str, cst.ClassDef]:
+    """Module-level classes whose name is bound once (no reassignment, no second definition)."""
+    return _bound_once(module, cst.ClassDef)
+
+
+def _bound_once(module: cst.Module, kind: type) -> dict:
     count: Dict[str, int] = {}
-    found: Dict[str, cst.FunctionDef] = {}
+    found: dict = {}
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             count[stmt.name.value] = count.get(stmt.name.value, 0) + 1
-            if isinstance(stmt, cst.FunctionDef):
+            if isinstance(stmt, kind):
                 found[stmt.name.value] = stmt
         elif isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 for target in getattr(small, "targets", ()):
                     if isinstance(target.target, cst.Name):
                         count[target.target.value] = count.get(target.target.value, 0) + 1
-    return {name: func for name, func in found.items() if count[name] == 1}
+    return {name: node for name, node in found.items() if count[name] == 1}

@@ -20,6 +20,7 @@ from npu_migrate.migrate.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 FA, ROPE = "torch_npu.npu_fusion_attention", "torch_npu.npu_rotary_mul"
 RMS, SWIGLU, GATING = "torch_npu.npu_rms_norm", "torch_npu.npu_swiglu", "torch_npu.npu_moe_gating_top_k_softmax"
+ADD_RMS = "torch_npu.npu_add_rms_norm"
 GATING_V2 = "torch_npu.npu_moe_gating_top_k_softmax_v2"  # the auxiliary loss: its probabilities from the kernel
 
 # tree -> the NPU3xx sites expected in report.json: (file, code, target or None when reported)
@@ -27,11 +28,12 @@ SITES = {
     "models/nanogpt": [("model.py", "NPU301", FA), ("model.py", "NPU302", FA)],
     "models/llama_gqa": [("modeling_llama.py", "NPU302", FA), ("modeling_llama.py", "NPU310", ROPE),
                          ("modeling_llama.py", "NPU310", ROPE), ("modeling_llama.py", "NPU320", RMS),
-                         ("modeling_llama.py", "NPU330", SWIGLU)],
+                         ("modeling_llama.py", "NPU322", ADD_RMS), ("modeling_llama.py", "NPU330", SWIGLU)],
     "models/bert": [("modeling_bert.py", "NPU302", FA)],
     "models/mixtral_moe": [("modeling_mixtral.py", "NPU301", FA), ("modeling_mixtral.py", "NPU310", ROPE),
                            ("modeling_mixtral.py", "NPU310", ROPE), ("modeling_mixtral.py", "NPU320", RMS),
-                           ("modeling_mixtral.py", "NPU330", SWIGLU), ("modeling_mixtral.py", "NPU340", GATING),
+                           ("modeling_mixtral.py", "NPU322", ADD_RMS), ("modeling_mixtral.py", "NPU330", SWIGLU),
+                           ("modeling_mixtral.py", "NPU340", GATING),
                            ("modeling_mixtral.py", "NPU340", GATING_V2)],
     # GPT-J: _attn returns its probabilities to a caller the rule does not follow (reported); the
     # sin/cos rotary and the complex-number variant (q and k) are fused

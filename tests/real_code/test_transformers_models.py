@@ -33,6 +33,7 @@ NOT_IN_FORWARD = {AUX_LOSS}
 EXPECTED = {
     "llama": {"modeling_llama.py": [
         ("LlamaRMSNorm.forward", "NPU320", "torch_npu.npu_rms_norm"),
+        ("LlamaDecoderLayer.forward", "NPU322", "torch_npu.npu_add_rms_norm"),  # the add before the second norm
         ROTARY, ROTARY,
         ("LlamaMLP.forward", "NPU330", "torch_npu.npu_swiglu"),
         ATTENTION,
@@ -47,6 +48,7 @@ EXPECTED = {
         "modeling_mixtral.py": [
             EXPERTS, EXPERTS_GATE, ROUTER,
             ("MixtralRMSNorm.forward", "NPU320", "torch_npu.npu_rms_norm"),
+            ("MixtralDecoderLayer.forward", "NPU322", "torch_npu.npu_add_rms_norm"),
             ROTARY, ROTARY, ATTENTION, AUX_LOSS,
         ],
         # the modular source the modeling file is generated from: only the classes it redefines
@@ -60,7 +62,7 @@ EXPECTED = {
 }
 # what each rule recognises, as text that must appear in the function named for it (one of "|")
 MARKERS = {"NPU302": "softmax(", "NPU303": "position_bias|baddbmm(", "NPU310": "rotate_half(", "NPU320": "rsqrt(",
-           "NPU330": "self.act", "NPU340": "topk("}
+           "NPU322": "residual + hidden_states", "NPU330": "self.act", "NPU340": "topk("}
 DTYPES = ("float32", "bfloat16")
 
 

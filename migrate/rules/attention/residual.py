@@ -12,8 +12,6 @@ from ...tree import walk
 from .._residual import Family, peel, values
 from ...view import Value, View
 from ...view.ops import Op
-from .eager_attention import EagerAttention
-from .sdpa_attention import SdpaAttention
 from ...view.values import reaches
 
 
@@ -73,7 +71,7 @@ def _feeds_product(view: View, softmax: Value) -> bool:
 
 
 FAMILY = Family(
-    "attention", (SdpaAttention, EagerAttention),
+    "attention", __package__,
     "pattern.attention.unrecognised", frozenset({"softmax", "Softmax", "einsum"}), _attention,
     lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == Op.CALL else "softmax over q·kᵀ scores",
     also=frozenset({"NPU106", "NPU107"}),  # flash_attn and xformers, reported with their plan (unsupported_api)

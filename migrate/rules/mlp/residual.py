@@ -8,7 +8,6 @@ from .._residual import Family, peel, values
 from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
-from .swiglu import SwiGlu
 
 PROJECTIONS = (Op.LINEAR, Op.MATMUL, Op.CALL, Op.ITEM, Op.GETITEM)
 ACTIVATIONS = (Op.SILU, Op.GELU, Op.ACT)
@@ -31,7 +30,7 @@ def _gated_mlp(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "gated_mlp", (SwiGlu,), "pattern.gated_mlp.unrecognised",
+    "gated_mlp", __package__, "pattern.gated_mlp.unrecognised",
     frozenset({"silu", "SiLU", "gelu", "GELU", "act", "act_fn", "activation", "sigmoid"}), _gated_mlp,
     lambda v: "act(projection) · projection",
     computes=lambda words, function: computes(words, function, Op.MUL),

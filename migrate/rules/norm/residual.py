@@ -9,7 +9,6 @@ from .._residual import Family, peel, values
 from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
-from .rms_norm import RmsNorm
 
 
 def _mean_of_square(value: Optional[Value]) -> bool:
@@ -32,7 +31,7 @@ def _rms_norm(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "rms_norm", (RmsNorm,), "pattern.rms_norm.unrecognised",
+    "rms_norm", __package__, "pattern.rms_norm.unrecognised",
     frozenset({"rsqrt", "sqrt", "rms_norm", "RMSNorm"}), _rms_norm,
     lambda v: "nn.RMSNorm module" if v.op == Op.RMS_NORM_MODULE else "x · rsqrt(mean(x²) + eps)",
     computes=lambda words, function: any(computes(words, function, op)

@@ -9,7 +9,6 @@ from .._residual import Family, peel, values
 from ._match import may_rotate
 from ...view import Value, View
 from ...view.ops import Op
-from .rotary import Rotary
 
 
 def _is_rotation(value: Optional[Value]) -> bool:
@@ -60,7 +59,7 @@ def _rotary(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "rotary", (Rotary,), "pattern.rotary.unrecognised",
+    "rotary", __package__, "pattern.rotary.unrecognised",
     frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
     lambda v: "complex rotation" if v.op == Op.MUL else "x·cos ± rotate(x)·sin",
     computes=lambda words, function: may_rotate(words, function, function.names),  # a helper by any name

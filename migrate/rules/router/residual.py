@@ -11,7 +11,6 @@ from .._residual import Family, peel, values
 from ...triage import computes
 from ...view import Value, View
 from ...view.ops import Op
-from .moe_gating import MoeGating
 
 
 def _weights_discarded(view: View, topk: Value) -> bool:
@@ -43,7 +42,7 @@ def _router(view: View) -> List[Value]:
 
 
 FAMILY = Family(
-    "router", (MoeGating,), "pattern.router.unrecognised",
+    "router", __package__, "pattern.router.unrecognised",
     frozenset({"topk"}), _router, lambda v: "top-k over softmax/sigmoid expert scores",
     computes=lambda words, function: computes(words, function, Op.TOPK)
     and (computes(words, function, Op.SOFTMAX) or computes(words, function, Op.SIGMOID)),

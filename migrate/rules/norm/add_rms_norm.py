@@ -1,0 +1,199 @@
+"""NPU322: a residual add followed by an RMSNorm module → torch_npu.npu_add_rms_norm (guarded).
+
+## What it does
+Finds, in a method, the residual add that feeds an RMSNorm module of another class, as
+transformers' decoder layers write it:
+
+```python
+hidden_states = residual + hidden_states
+residual = hidden_states
+hidden_states = self.post_attention_layernorm(hidden_states)
+```
+
+(also `residual = residual + hidden_states` followed by `hidden_states = self.norm(residual)`, and
+without the alias line when the sum is not used again). `self.post_attention_layernorm` must be
+set in the class's `__init__` to a class of the same module whose `forward(self, x)` returns an
+RMSNorm of `x` as NPU320 reads it: `x * rsqrt(mean(x², -1) + eps) * self.<weight>` with `eps` an
+attribute of the module or a constant (no Gemma `1 + weight`, no reduction dim known only at run
+time). The three statements become a guarded region: `npu_glue.add_rms_norm(residual,
+hidden_states, norm.weight, norm.eps)` returns both the normalised value and the sum; the original
+statements are the fallback.
+
+## Why
+The sum and the norm are two passes over the hidden state (the add, then the norm's own kernel);
+`npu_add_rms_norm` reads both inputs once and writes the normalised value and the sum together.
+
+## Fix safety
+The fast path runs only where the kernel computes what the original does, checked on every call by
+`npu_glue.add_rms_norm_fits`: the module is exactly of the class that was read (a subclass may
+override forward), has no hooks and no forward of its own on the instance (torch's global module
+hooks included); both inputs are float tensors of the same shape (no broadcasting add), 1 to 8
+dims; the weight covers the last dim and has the dtype of the sum (the promotion of the two
+inputs, so an AMP residual stream in float32 plus a bfloat16 output fuses, in float32). The kernel
+has no backward on a real NPU (torch_npu 2.14.0: no autograd node), so the fast path also requires
+that no gradient is needed: in training the original statements run, and the norm module's own
+forward is still fused by NPU320. The kernel normalises the unrounded float32 sum where the
+original normalises the sum rounded to the inputs' dtype: expect ~1 ulp differences in
+bfloat16/float16 (tolerances in `opmap/norm.yaml`); the returned sum is the original's exactly.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import libcst as cst
+
+from ...context import HELPER
+from ...diagnostics import DiagnosticCode
+from ...edits import template
+from ...guarded import region
+from ...view.emit import sited
+from ...view.ops import Op
+from ...view.scope import _params, module_classes
+from ...view.syntax import code
+from ..base import Rule
+from ._match import Mismatch, Norm, match
+from .rms_norm import RmsNorm
+
+TARGET = "torch_npu.npu_add_rms_norm"
+NOTE = "npu-migrate NPU322: residual add + RMSNorm fused where npu_glue proves it exact, else the original"
+
+
+class AddRmsNorm(Rule):
+    declarations = (
+        DiagnosticCode("NPU322", "add-rms-norm",
+                       "residual add followed by an RMSNorm module → torch_npu.npu_add_rms_norm (guarded; "
+                       "original kept as fallback)", rewrites=True, example="add_rms_norm", doc=__doc__),
+    )
+    triggers = RmsNorm.triggers  # the norm's class is in the same module
+
+    @classmethod
+    def may_find(cls, words) -> bool:
+        """An add, and a norm class (``RmsNorm.may_find``)."""
+        return "Add" in words.operators and RmsNorm.may_find(words)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        cls = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(node))))
+        if self.ctx.is_helper or not isinstance(cls, cst.ClassDef):
+            return
+        for block in self._blocks(node.body):
+            for last in range(1, len(block.body)):
+                self._site(node, block, last)
+
+    def _blocks(self, body: cst.BaseSuite) -> List[cst.IndentedBlock]:
+        """The blocks of a function, nested ones included (not those of inner defs and classes)."""
+        found, stack = [], [body]
+        while stack:
+            block = stack.pop()
+            if isinstance(block, cst.IndentedBlock):
+                found.append(block)
+                for stmt in block.body:
+                    if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                        stack.extend(n for n in _suites(stmt))
+        return found
+
+    def _site(self, func: cst.FunctionDef, block: cst.IndentedBlock, last: int) -> None:
+        """``t = a + b; [r = t;] y = self.<norm>(t)`` ending at ``block.body[last]``."""
+        normed, call = _assignment(block.body[last])
+        if normed is None or not isinstance(call, cst.Call) or len(call.args) != 1 or call.args[0].keyword \
+                or call.args[0].star or not isinstance(call.args[0].value, cst.Name) or self.ctx.migrated(call):
+            return
+        summed = call.args[0].value.value
+        alias_name, alias = _assignment(block.body[last - 1])
+        start = last - 2 if isinstance(alias, cst.Name) and alias.value == summed else last - 1
+        if start < 0:
+            return
+        total, add = _assignment(block.body[start])
+        if total != summed or not (isinstance(add, cst.BinaryOperation) and isinstance(add.operator, cst.Add)) \
+                or not all(isinstance(side, cst.Name) for side in (add.left, add.right)):
+            return
+        norm = self._norm_module(func, call.func)
+        if norm is None:
+            return
+        kind, weight, eps = norm
+        module = code(call.func)
+        kept = alias_name if start == last - 2 else (summed if summed != normed else None)
+        outputs = f"{normed}, {kept}" if kept else normed
+        index = "" if kept else "[0]"
+        guard = sited(f"{HELPER}.add_rms_norm_fits({{a}}, {{b}}, {module}, {kind}, {module}.{weight})")
+        fused = f"{outputs} = {HELPER}.add_rms_norm({{a}}, {{b}}, {module}.{weight}, {eps}){index}\n"
+        edit = region(func.body, block, start, last + 1, template(guard, a=add.left, b=add.right),
+                      [template(fused, a=add.left, b=add.right)], note=NOTE, at_entry=True,
+                      unit=self.ctx.indentation(block)[1])
+        if isinstance(edit, str):
+            return  # the norm module's own forward is fused (NPU320); the add stays as written
+        self.rewrite(block.body[start], f"residual add + {kind} module → {TARGET} (guarded: inference; "
+                                        "original kept)", target=TARGET, edits=[edit], helpers=[HELPER])
+
+    def _norm_module(self, func: cst.FunctionDef, callee: cst.BaseExpression) -> Optional[tuple]:
+        """(class name, weight attribute, eps source) when ``callee`` is ``self.<attr>`` set in
+        ``__init__`` to ``C(...)``, C a class of this module whose forward returns an RMSNorm of its
+        input that the kernel computes; else None."""
+        if not (isinstance(callee, cst.Attribute) and isinstance(callee.value, cst.Name)
+                and callee.value.value == "self"):
+            return None
+        view = self.ctx.view(func)
+        made = view.scope.attributes.get(callee.attr.value)
+        if not (isinstance(made, cst.Call) and isinstance(made.func, cst.Name)):
+            return None
+        cls = module_classes(self.ctx.module).get(made.func.value)
+        forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
+                       None) if cls is not None and isinstance(cls.body, cst.IndentedBlock) else None
+        params = _params(forward) if forward is not None else []
+        if len(params) != 2 or forward.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) \
+                or forward.params.star_kwarg is not None or params[1].default is not None:
+            return None
+        norm = _norm_of(self.ctx.view(forward))
+        if norm is None or norm.gemma or norm.dim is not None or norm.shape is not None \
+                or norm.x.op != Op.PARAM or norm.x.name != params[1].name.value:
+            return None
+        weight, eps = _own_attribute(norm.weight), _own_attribute(norm.eps)
+        if eps is None and norm.eps is not None and norm.eps.op == Op.CONST and norm.eps.node is not None:
+            eps = code(norm.eps.node)
+        elif eps is not None:
+            eps = f"{code(callee)}.{eps}"
+        if weight is None or eps is None:
+            return None
+        return made.func.value, weight, eps
+
+
+def _norm_of(view) -> Optional[Norm]:
+    """The RMSNorm the function returns, when all it returns is one."""
+    result = view.result()
+    try:
+        norm = match(result) if result is not None else None
+    except Mismatch:
+        return None
+    return norm if norm is not None and norm.out is result else None
+
+
+def _own_attribute(value) -> Optional[str]:
+    """``attr`` for ``self.attr`` read in the norm's forward."""
+    if value is not None and value.op == Op.ATTR and value.input is not None and value.input.op == Op.PARAM \
+            and value.input.name == "self":
+        return value.name
+    return None
+
+
+def _assignment(stmt: cst.CSTNode) -> tuple:
+    """(target name, value) of ``name = value`` on a line of its own, else (None, None)."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        assign = stmt.body[0]
+        if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            return assign.targets[0].target.value, assign.value
+    return None, None
+
+
+def _suites(stmt: cst.CSTNode) -> List[cst.BaseSuite]:
+    """The blocks directly inside a compound statement (if/elif/else, for, while, with, try)."""
+    found = [getattr(stmt, "body", None)]
+    orelse = getattr(stmt, "orelse", None)
+    while orelse is not None:
+        found.append(orelse.body)
+        orelse = getattr(orelse, "orelse", None) if isinstance(orelse, cst.If) else None
+    for handler in getattr(stmt, "handlers", ()):
+        found.append(handler.body)
+    final = getattr(stmt, "finalbody", None)
+    if final is not None:
+        found.append(final.body)
+    return [s for s in found if isinstance(s, cst.IndentedBlock)]
