@@ -9,12 +9,12 @@ import libcst.matchers as m
 from npu_migrate.migrate import overlaps as overlaps_module
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Code, Guarded, Replace, Site, Splice
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.findings import Finding
 from npu_migrate.migrate.overlaps import overlaps, overlaps_pairwise
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.migrate.tree import TreeIndex
 from npu_migrate.opmap import OpTable
+from tests import snippets
 
 
 def _source(rng: random.Random) -> str:
@@ -124,8 +124,7 @@ def test_ten_thousand_sites_in_one_file(monkeypatch):
     monkeypatch.setattr(overlaps_module, "loses", lambda *args: calls.append(1) or pair_rule(*args))
     lines = 5000
     source = "".join(f"y{i} = x{i}.cuda() * 2\n" for i in range(lines))
-    result = Engine(OpTable([]), [RenameCuda, ProductDropped]).migrate("big.py", source.encode())
-    assert result.status == "changed"
+    result = snippets.migrate(source, "big.py", rules=[RenameCuda, ProductDropped], table=OpTable([]), status="changed")
     assert result.migrated == "".join(f"y{i} = zero()\n" for i in range(lines))
     dropped = [f for f in result.findings if f.code == "NPU006"]
     assert len(result.findings) == 2 * lines and len(dropped) == lines

@@ -9,11 +9,11 @@ import yaml
 
 from npu_migrate.migrate.files.base import Facts, FileSyntaxError
 from npu_migrate.migrate.files.config_tree import SCALAR, json_tree, walk, yaml_tree
-from npu_migrate.migrate.files.engine import migrate_file
 from npu_migrate.migrate.files.kinds import kind_of
 from npu_migrate.migrate.files.run import migrate_all
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.opmap import SchemaError, load_sections, load_table
+from tests import snippets
 
 NPU = Facts(imports_torch_npu=True)
 
@@ -24,8 +24,7 @@ def table():
 
 
 def _migrate(path, text, table, facts=NPU):
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    return migrate_file(path, data, kind_of(path), table, facts)
+    return snippets.migrate(text, path, table=table, facts=facts, status=None)
 
 
 def _scalars(trees):
@@ -169,7 +168,7 @@ def test_build_arguments_are_reported_never_renamed(table):
 def test_uv_sources_routed_to_a_cuda_index_are_reported_where_they_name_it(table):
     text = ('[project]\nname = "p"\n[tool.uv.sources]\ntorch = { index = "cu" }\n'
             '[[tool.uv.index]]\nname = "cu"\nurl = "https://download.pytorch.org/whl/cu124"\n')
-    result = migrate_file("pyproject.toml", text.encode(), kind_of("pyproject.toml"), table, NPU)
+    result = _migrate("pyproject.toml", text, table)
     assert [(f.line, f.code) for f in result.findings] == [(4, "NPU131"), (7, "NPU131")]
 
 

@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import build_engine
 from npu_migrate.opmap import load_table
-from tests.rules.emulated import pasted_low
+from tests import snippets
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "rules"
@@ -49,14 +48,11 @@ def npu():
 
 
 def load(case: str, table, code: str, spelling: str = "as written"):
-    """(original namespace, migrated namespace) of a rule fixture (``spelling``: tests/rules/emulated.py)."""
+    """(original namespace, migrated namespace) of a rule fixture (``spelling``: tests/snippets.py)."""
     source = (FIXTURES / case / "input.py").read_text()
-    with pasted_low(spelling == "low precedence"):
-        result = build_engine(table, select=[code]).migrate("input.py", source.encode())
-    assert result.status == "changed", result.error
-    assert spelling == "as written" or " if True else " in result.migrated
+    migrated = snippets.migrate(source, "input.py", select=[code], table=table, status="changed", spelling=spelling).migrated
     spaces = []
-    for text in (source, result.migrated):
+    for text in (source, migrated):
         namespace = {"__name__": f"fixture_{case}"}
         exec(compile(text, case, "exec"), namespace)
         spaces.append(namespace)

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.rules.emulated import counting, emulated_npu, load, migrate, tolerance
+from tests import snippets
+from tests.rules.emulated import counting, emulated_npu, load, tolerance
 
 ROUTERS = '''
 import torch
@@ -221,7 +222,7 @@ def npu():
 
 
 def _routers(spelling):
-    migrated = migrate(ROUTERS, "NPU340", spelling=spelling)
+    migrated = snippets.migrated(ROUTERS, select=["NPU340"], spelling=spelling)
     for call, count in EMITTED.items():
         assert migrated.count(call) == count, (call, migrated)
     config = lambda **kw: SimpleNamespace(**kw)  # noqa: E731

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests import snippets
 from tests.rules.emulated import counting, emulated_npu, load, tolerance, twins
-from tests.rules.emulated import migrate as migrate_selected
 BF16, F32 = torch.bfloat16, torch.float32
 
 RMS_NORMS = '''
@@ -180,7 +180,7 @@ NO_WEIGHT = {"NoWeightNorm"}
 
 
 def migrate(source: str, spelling: str = "as written") -> str:
-    return migrate_selected(source, "NPU320", spelling=spelling)
+    return snippets.migrated(source, select=["NPU320"], spelling=spelling)
 
 
 @pytest.fixture(scope="module")

@@ -11,19 +11,15 @@ cache, halves, the tiled vision cache) and complex freqs_cis (Meta and Mistral l
 
 import math
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.rotary.rotary import Rotary
-from npu_migrate.opmap import load_table as _load_table
-from tests.rules.emulated import pasted_low
+from tests import snippets
 
-load_table = lru_cache(maxsize=1)(_load_table)
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
 
@@ -334,11 +330,8 @@ CASES = {
 
 
 def migrate(source, spelling="as written"):
-    with pasted_low(spelling == "low precedence"):
-        result = Engine(load_table(), [Rotary]).migrate("snippet.py", source.encode())
-    assert result.status == "changed", result.findings
-    assert spelling == "as written" or " if True else " in result.migrated
-    assert {f.code for f in result.findings} == {"NPU310"}
+    result = snippets.migrate(source, rules=[Rotary], status="changed", spelling=spelling)
+    assert snippets.codes(result) == {"NPU310"}
     assert all(f.target == "torch_npu.npu_rotary_mul" for f in result.findings)
     return result.migrated
 
@@ -373,7 +366,7 @@ def as_tuple(value):
 
 
 def tolerance(mode, dtype):
-    return load_table().exact(f"pattern.rotary.{mode}").tolerance[str(dtype).removeprefix("torch.")]
+    return snippets.builtin_table().exact(f"pattern.rotary.{mode}").tolerance[str(dtype).removeprefix("torch.")]
 
 
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
@@ -471,7 +464,7 @@ def test_litgpt_rotation_statements_move_into_the_fallback():
 
 def test_gptj_model_fuses_both_rotary_implementations():
     source = (Path(__file__).parents[2] / "fixtures" / "models" / "gptj" / "modeling_gptj.py").read_bytes()
-    result = Engine(load_table(), [Rotary]).migrate("modeling_gptj.py", source)
+    result = snippets.migrate(source, "modeling_gptj.py", rules=[Rotary])
     rotary = [f for f in result.findings if f.code.startswith("NPU31")]  # (the residual pass reports the attention)
     assert sorted(f.api for f in rotary) == ["pattern.rotary.complex"] * 2 + ["pattern.rotary.interleave"]
     assert all(f.code == "NPU310" and f.action == "rewritten" for f in rotary)
