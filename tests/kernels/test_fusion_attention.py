@@ -21,7 +21,7 @@ from npu_migrate.kernels.fusion_attention import npu_fusion_attention
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
 )
-from tests.kernels.tolerances import TOL  # per-dtype output tolerances, with their reasons
+from tests.kernels.tolerances import tolerance
 
 # float32 gradients go through four Skv- or Sq-long fp32 matmul chains (vs a float64 reference)
 GRAD_TOL = dict(atol=1e-4, rtol=1e-4)
@@ -35,7 +35,7 @@ def qkv(dtype=torch.float32, b=B, nq=NQ, nkv=NKV, sq=SQ, skv=SKV, d=D, dv=None, 
 
 
 def close(out, ref, dtype=torch.float32):
-    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+    torch.testing.assert_close(out.double(), ref, **tolerance("npu_fusion_attention", dtype))
 
 
 SCALE = 1 / math.sqrt(D)

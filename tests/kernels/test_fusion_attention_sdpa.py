@@ -16,7 +16,7 @@ from tests.kernels.attention_ref import (
     INT_MAX, band, compressed, cumulative, from_layout, reference, softmax_stats, tnd, to_layout,
 )
 from tests.kernels.test_fusion_attention import GRAD_TOL, NKV, NQ, SCALE, SKV, SQ, close, qkv
-from tests.kernels.tolerances import TOL
+from tests.kernels.tolerances import tolerance
 
 
 @pytest.fixture
@@ -87,8 +87,8 @@ def test_mapped_calls_take_the_fast_path_and_agree(case, dtype, taken, monkeypat
     close(fast[0], slow[0].double(), dtype)
     row_max, row_sum = softmax_stats(q, k, scale=SCALE, mask=ref_mask)
     # float32 statistics of inputs in dtype: the fused kernel rounds intermediates to dtype, as the references do
-    torch.testing.assert_close(lse(fast), row_max + row_sum.log(), **TOL[dtype])
-    torch.testing.assert_close(lse(slow), row_max + row_sum.log(), **TOL[dtype])
+    torch.testing.assert_close(lse(fast), row_max + row_sum.log(), **tolerance("npu_fusion_attention", dtype))
+    torch.testing.assert_close(lse(slow), row_max + row_sum.log(), **tolerance("npu_fusion_attention", dtype))
     assert torch.equal(fast[2], torch.ones_like(fast[2]))  # log-sum-exp form: max = lse, sum = 1
     assert fast[3].shape == (0,) and fast[4:] == (0, 0, 0)
 
@@ -102,7 +102,7 @@ def test_layouts_and_gqa(layout, taken, monkeypatch):
     assert fast.shape == args[0].shape
     close(from_layout(fast, layout, NQ), reference(q, k, v, scale=SCALE, mask=band(SQ, SKV, INT_MAX, 0)))
     torch.testing.assert_close(fast, blocked(monkeypatch, *args, atten_mask=compressed(), sparse_mode=2, scale=SCALE)[0],
-                               **TOL[torch.float32])
+                               **tolerance("npu_fusion_attention", torch.float32))
 
 
 def _dead_row_mask():

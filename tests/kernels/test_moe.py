@@ -60,7 +60,7 @@ def test_finalize_routing_formula(dtype):
         for j in range(K):
             ref[i] += scales[i, j].float() * (rows[src_to_dst[i + j * NUM_ROWS]].float() + bias[experts[i, j]].float())
     assert out.shape == (NUM_ROWS, H)
-    assert_close(out, ref.to(dtype))
+    assert_close(out, ref.to(dtype), "npu_moe_finalize_routing")
 
 
 def test_finalize_routing_without_optional_inputs():

@@ -35,7 +35,7 @@ def test_gating_matches_router_without_renormalisation(dtype):
     ref_w, ref_idx = mixtral_router(logits, K)
     assert y.dtype == dtype and expert_idx.dtype == row_idx.dtype == torch.int32
     assert y.shape == expert_idx.shape == row_idx.shape == (NUM_ROWS, K)
-    assert_close(y, ref_w.to(dtype))
+    assert_close(y, ref_w.to(dtype), "npu_moe_gating_top_k_softmax")
     assert torch.equal(expert_idx, ref_idx.int())
     assert (y.float().sum(-1) < 0.999).all(), "weights must not be renormalised"
 
@@ -70,7 +70,7 @@ def test_gating_matches_golden_on_upstream_shapes(rows, k, experts, dtype):
     finished = torch.rand(rows, generator=torch.Generator().manual_seed(1)) < 0.5
     y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(x, finished, k)
     ref_y, ref_idx, ref_row = golden.gating_top_k_softmax(x, finished, k)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k_softmax")
     assert torch.equal(expert_idx, ref_idx) and torch.equal(row_idx, ref_row)
 
 
@@ -111,7 +111,7 @@ def test_v2_matches_golden(renorm, output_softmax, dtype):
     y, expert_idx, softmax_result = npu_moe_gating_top_k_softmax_v2(
         x, k=5, finished=finished, renorm=renorm, output_softmax=output_softmax)
     ref_y, ref_idx, ref_softmax = golden.gating_top_k_softmax_v2(x, 5, finished, renorm, output_softmax)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k_softmax_v2")
     assert torch.equal(expert_idx, ref_idx)
     assert softmax_result.dtype == torch.float32 and softmax_result.shape == ref_softmax.shape
     torch.testing.assert_close(softmax_result, ref_softmax)
@@ -142,7 +142,7 @@ def test_grouped_top_k_matches_golden_on_upstream_cases(rows, dtype, k):
     ref_y, ref_idx, _ = golden.gating_top_k(x, k, **kwargs)
     assert y.dtype == dtype and expert_idx.dtype == torch.int32 and y.shape == expert_idx.shape == (rows, k)
     assert torch.equal(expert_idx, ref_idx)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k")
     assert norm_out.dtype == torch.float32 and norm_out.shape == (rows, 256) and norm_out.isnan().all()
 
 
