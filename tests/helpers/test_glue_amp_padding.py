@@ -7,16 +7,15 @@ import pytest
 import torch
 
 from tests.helpers.dispatch_counts import OpCounter
-from npu_migrate.opmap import load_table
 from tests.helpers.support import HELPERS, KERNELS, qkv, tolerance
+from tests.tolerances import recorded
 
 ATTENTION = "torch.nn.functional.scaled_dot_product_attention"
 MIN = "dtype min"
 
 
 def rotary_tolerance(dtype):
-    t = load_table().exact("pattern.rotary.half").tolerance[str(dtype).removeprefix("torch.")]
-    return dict(rtol=t.rtol, atol=t.atol)
+    return recorded("pattern.rotary.half", dtype)
 
 
 def eager(q, k, v, mask, scale):

@@ -7,7 +7,7 @@ import npu_migrate.kernels.activations as act
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.activations import fast_gelu, npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 
 class LlamaMLP(nn.Module):

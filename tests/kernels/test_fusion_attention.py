@@ -21,7 +21,7 @@ from npu_migrate.kernels.fusion_attention import npu_fusion_attention
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
 )
-from tests.kernels.tolerances import tolerance
+from tests.tolerances import tolerance
 
 # float32 gradients go through four Skv- or Sq-long fp32 matmul chains (vs a float64 reference)
 GRAD_TOL = dict(atol=1e-4, rtol=1e-4)

@@ -16,7 +16,7 @@ from tests.kernels.attention_ref import (
     INT_MAX, band, compressed, cumulative, from_layout, reference, softmax_stats, tnd, to_layout,
 )
 from tests.kernels.test_fusion_attention import GRAD_TOL, NKV, NQ, SCALE, SKV, SQ, close, qkv
-from tests.kernels.tolerances import tolerance
+from tests.tolerances import tolerance
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autous
     INT_MAX, band, compressed, cumulative, reference, small_blocks, softmax_stats, tnd,
 )
 from tests.kernels.test_fusion_attention import D, NKV, NQ, SCALE, _check_grads, close
-from tests.kernels.tolerances import tolerance
+from tests.tolerances import tolerance
 
 
 def varlen(q_lens, kv_lens, seed=5, dtype=torch.float32, nq=NQ, nkv=NKV, d=D):

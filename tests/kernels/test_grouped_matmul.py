@@ -4,7 +4,7 @@ import torch.nn as nn
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 K, N = 16, 12
 

@@ -18,7 +18,7 @@ from npu_migrate.kernels.infer_attention import (
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
 )
-from tests.kernels.tolerances import tolerance
+from tests.tolerances import tolerance
 
 B, N, NKV, SQ, SKV, D = 2, 4, 2, 19, 29, 16
 SCALE = 1 / math.sqrt(D)

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.layer_norm import npu_add_layer_norm, npu_layer_norm_eval
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 H = 32
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.moe_gating import npu_moe_gating_top_k, npu_moe_gating_top_k_softmax, npu_moe_gating_top_k_softmax_v2
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 NUM_ROWS, E, K = 6, 8, 2
 

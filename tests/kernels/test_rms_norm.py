@@ -4,7 +4,7 @@ import torch
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.rms_norm import npu_add_rms_norm, npu_gemma_rms_norm, npu_rms_norm
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 
 # --- independent references: the Hugging Face modules these ops replace ---------------------

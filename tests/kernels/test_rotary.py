@@ -4,7 +4,7 @@ import torch
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.rotary import npu_apply_rotary_pos_emb, npu_rotary_mul
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 B, N, S, D = 2, 3, 5, 64
 

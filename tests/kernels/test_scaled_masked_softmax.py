@@ -3,7 +3,7 @@ import torch
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.scaled_masked_softmax import npu_scaled_masked_softmax
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 SHAPE = (2, 2, 32, 64)
 

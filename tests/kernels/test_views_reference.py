@@ -22,7 +22,7 @@ from tests.kernels import golden, views
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     band, compressed, cumulative, from_layout, reference, small_blocks, tnd, to_layout,
 )
-from tests.kernels.tolerances import tolerance
+from tests.tolerances import tolerance
 
 B, NQ, NKV, SQ, SKV, D = 2, 4, 2, 23, 37, 16
 SCALE = 1 / math.sqrt(D)

@@ -11,10 +11,9 @@ from pathlib import Path
 import torch
 
 from npu_migrate import kernels
-from tests.snippets import builtin_table
+from tests.tolerances import recorded
 
 HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
-TABLE = builtin_table()
 
 
 @contextmanager
@@ -61,8 +60,8 @@ def counting(module, *ops):
 
 
 def tolerance(op: str, dtype: torch.dtype) -> dict:
-    record = TABLE.get(f"torch_npu.{op}").tolerance[str(dtype).replace("torch.", "")]
-    return dict(rtol=record.rtol, atol=record.atol)
+    """The op table's tolerance of ``torch_npu.<op>`` (the kernel a fused rule calls) in ``dtype``."""
+    return recorded(f"torch_npu.{op}", dtype)
 
 
 def twins(original_ns: dict, migrated_ns: dict, name: str, *args, dtype=None, **kwargs):

@@ -19,6 +19,7 @@ import torch
 from npu_migrate import kernels
 from npu_migrate.migrate.rules.rotary.rotary import Rotary
 from tests import snippets
+from tests.tolerances import recorded
 
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
@@ -366,7 +367,7 @@ def as_tuple(value):
 
 
 def tolerance(mode, dtype):
-    return snippets.builtin_table().exact(f"pattern.rotary.{mode}").tolerance[str(dtype).removeprefix("torch.")]
+    return recorded(f"pattern.rotary.{mode}", dtype)
 
 
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
@@ -382,7 +383,7 @@ def test_rewrite_matches_the_original(case, dtype, spelling, npu):
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):
         assert have.dtype == want.dtype and have.shape == want.shape
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 def test_upcast_keeps_computing_in_float32(npu):
@@ -451,7 +452,7 @@ def test_rotation_of_a_cast_x_runs_the_kernel_in_the_cast_dtype(dtype, npu):
     assert npu == ["interleave"] and 'x, torch.float32, cos, sin, "interleave", site=' in ' '.join(migrate(CAST).split())
     assert got.dtype == want.dtype == dtype
     tol = tolerance("interleave", dtype)
-    torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
+    torch.testing.assert_close(got, want, **tol)
 
 
 def test_litgpt_rotation_statements_move_into_the_fallback():
@@ -593,7 +594,7 @@ def test_pair_and_complex_tables_match_the_original(case, dtype, npu):
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):
         assert have.dtype == want.dtype and have.shape == want.shape
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 @pytest.mark.parametrize("case", ["torchtune-packed", "meta-complex-4d"])
@@ -624,7 +625,7 @@ def test_tables_are_derived_from_the_current_values_on_every_call(npu, monkeypat
     assert len(made) == 4 and len(npu) == 4
     tol = tolerance("interleave", torch.float32)
     cache.data.mul_(0.5)
-    torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)), rtol=tol.rtol, atol=tol.atol)
+    torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)), **tol)
 
 
 @pytest.mark.parametrize("case, args, mode", [
@@ -642,7 +643,7 @@ def test_scaled_tables_fuse(case, args, mode, npu):
     assert npu and set(npu) == {mode}
     tol = tolerance(mode, torch.float32)
     for want, have in zip(expected, got):
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 @pytest.mark.parametrize("case, args", [

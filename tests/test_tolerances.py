@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from npu_migrate.kernels.registry import load_all
-from tests.kernels.tolerances import DTYPES, UNRECORDED, WITHOUT_A_RECORD, tolerance
+from tests.tolerances import DTYPES, UNRECORDED, WITHOUT_A_RECORD, tolerance
 from tests.snippets import builtin_table
 
 RECORDED = sorted(r.api.removeprefix("torch_npu.") for r in builtin_table().records()

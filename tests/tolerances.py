@@ -1,15 +1,18 @@
-"""The tolerance of a kernel test: the op table's.
+"""Tolerances in tests: the op table's (opmap/*.yaml, ``tolerance:`` per dtype, each with its reason).
 
-Tolerances live in the op table with their reasons (opmap/*.yaml, ``tolerance:`` per dtype): a
-kernel's is that of its ``torch_npu.<op>`` record. ``assert_close(actual, expected, "npu_swiglu")``
-compares the two in float32 with it, for the dtype of ``actual`` (or the one given).
+``recorded(api, dtype)``: the tolerance of the record ``api``, which must have one (a migrated
+component against its original: ``pattern.rotary.half``, ``torch_npu.npu_swiglu``, ...).
 
-The kernels in ``WITHOUT_A_RECORD`` have no tolerance in the table yet; their tests keep the bound
-they were written with (``UNRECORDED``) until the table carries theirs, which then takes over. The
-attention and rotary patterns' records (``pattern.attention.*``, ``pattern.rotary.*``) bound eager
-code against the kernel, not the kernel against a float64 reference, and are not read here. Any
-other name is refused, so a misspelt kernel never falls back silently.
+``tolerance(op, dtype)`` and ``assert_close(actual, expected, op)``: a kernel test's, that of the
+kernel's ``torch_npu.<op>`` record; ``assert_close`` compares in float32 for the dtype of ``actual``
+(or the one given). The kernels in ``WITHOUT_A_RECORD`` have no tolerance in the table yet; their
+tests keep the bound they were written with (``UNRECORDED``) until the table carries theirs, which
+then takes over. The attention and rotary patterns' records (``pattern.attention.*``,
+``pattern.rotary.*``) bound eager code against the kernel, not the kernel against a float64
+reference, and are not read for kernels. Any other name is refused, so a misspelt kernel never
+falls back silently.
 """
+
 import torch
 
 from tests.snippets import builtin_table
@@ -32,6 +35,14 @@ UNRECORDED = {
     torch.float16: dict(atol=2e-3, rtol=2e-3),    # a couple of fp16 ulp (2^-10 ~ 1e-3) from intermediate rounding
     torch.bfloat16: dict(atol=2e-2, rtol=2e-2),   # a couple of bf16 ulp (2^-7 ~ 8e-3) from intermediate rounding
 }
+
+
+def recorded(api: str, dtype: torch.dtype) -> dict:
+    """``torch.testing.assert_close`` keywords: the op table's tolerance of ``api`` in ``dtype``."""
+    record = builtin_table().get(api)
+    limits = record.tolerance.get(str(dtype).removeprefix("torch.")) if record is not None else None
+    assert limits is not None, f"the op table has no tolerance for {api} in {dtype}"
+    return dict(rtol=limits.rtol, atol=limits.atol)
 
 
 def tolerance(op: str, dtype: torch.dtype) -> dict:
