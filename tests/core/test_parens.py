@@ -33,11 +33,11 @@ from npu_migrate.migrate.codegen import code as codegen
 from npu_migrate.migrate.edits import Guarded, Replace, edit_codes
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.guarded import _placeholder, _text, fill
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 ROOT = Path(__file__).parents[2]
 FILES = sorted(p for p in (ROOT / "fixtures").rglob("*.py"))
-TABLE = load_table()
+TABLE = builtin_table()
 FUSED = ("NPU302", "NPU310", "NPU320", "NPU330", "NPU340")  # the rules that write operand source into code
 
 #: low-precedence expressions; ``{i}`` makes the names of each use unique

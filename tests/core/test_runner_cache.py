@@ -10,8 +10,8 @@ from npu_migrate.migrate.cache import Cache, salt
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.migrate.rules import select_rules
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
 from npu_migrate.opmap.table import builtin_files
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -19,7 +19,7 @@ CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _cache(directory, select=None):

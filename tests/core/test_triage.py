@@ -23,8 +23,8 @@ from npu_migrate.migrate import triage
 from npu_migrate.migrate.cache import salt
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
 from npu_migrate.opmap.table import builtin_files
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -32,7 +32,7 @@ CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _dump(result):

@@ -12,7 +12,7 @@ from npu_migrate.migrate.files.config_tree import SCALAR, json_tree, walk, yaml_
 from npu_migrate.migrate.files.kinds import kind_of
 from npu_migrate.migrate.files.run import migrate_all
 from npu_migrate.migrate.limits import Limits
-from npu_migrate.opmap import SchemaError, load_sections, load_table
+from npu_migrate.opmap import SchemaError, load_sections
 from tests import snippets
 
 NPU = Facts(imports_torch_npu=True)
@@ -20,7 +20,7 @@ NPU = Facts(imports_torch_npu=True)
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return snippets.builtin_table()
 
 
 def _migrate(path, text, table, facts=NPU):

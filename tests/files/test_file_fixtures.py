@@ -13,7 +13,7 @@ from npu_migrate.migrate.discovery import discover
 from npu_migrate.migrate.files.codes import DECLARATIONS
 from npu_migrate.migrate.files.kinds import KINDS, kind_of
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "files"
 CASES = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
@@ -21,7 +21,7 @@ CASES = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _run(tree: Path, code: str, table):
