@@ -31,6 +31,7 @@ TRAIN = notebook(
 )
 
 
+@pytest.mark.slow
 def test_code_cells_are_migrated_and_the_rest_is_untouched():
     result = snippets.migrate(TRAIN, "train.ipynb", status="changed")
     nb = nbformat.reads(result.migrated, as_version=4)
@@ -60,6 +61,7 @@ def test_findings_are_located_by_cell_and_line():
     assert ("NPU201", 5, 3, 4) in where
 
 
+@pytest.mark.slow
 def test_every_output_names_the_cell(tmp_path):
     repo = write_tree(tmp_path / "repo", {"train.ipynb": TRAIN})
     concise = invoke(repo, "--check", "--output-format", "concise")
@@ -81,6 +83,7 @@ def test_every_output_names_the_cell(tmp_path):
     nbformat.validate(nbformat.read(tmp_path / "out/train.ipynb", as_version=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, problem", [
     ("{not json", "not valid JSON"),
     ('{"nbformat": 3, "worksheets": []}', "not an nbformat 4 notebook"),

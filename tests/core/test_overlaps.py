@@ -15,6 +15,7 @@ from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.migrate.tree import TreeIndex
 from npu_migrate.opmap import OpTable
 from tests import snippets
+import pytest
 
 
 def _source(rng: random.Random) -> str:
@@ -83,6 +84,7 @@ def _random_sites(rng: random.Random, module: cst.Module, tree: TreeIndex, count
     return sites
 
 
+@pytest.mark.slow
 def test_the_intervals_agree_with_every_pair_compared():
     rng = random.Random(25)
     dropped_some = kept_some = 0
@@ -115,6 +117,7 @@ class ProductDropped(Rule):
             self.replace(node, Code("zero()"), "dropped", target="zero")
 
 
+@pytest.mark.slow
 def test_ten_thousand_sites_in_one_file(monkeypatch):
     """5,000 lines, each with a product rebuilt without its operand (which holds a rename): 10,000
     sites, every rename dropped naming its own line's product; the pair rule is consulted only for

@@ -42,6 +42,7 @@ UNREAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", sorted(UNREAD))
 def test_a_component_in_an_unread_form_is_reported_with_a_plan(code):
     found, result = residual(UNREAD[code])
@@ -94,6 +95,7 @@ def test_a_fused_component_is_not_reported_again():
     assert [(f.code, f.action) for f in result.findings] == [("NPU302", "rewritten")]
 
 
+@pytest.mark.slow
 def test_only_selected_families_are_reported():
     result = snippets.migrate(textwrap.dedent(UNREAD["NPU341"]), "m.py", select=["NPU2"])
     assert not [f for f in result.findings if f.code.startswith("NPU3")]

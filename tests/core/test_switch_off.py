@@ -5,6 +5,7 @@ import textwrap
 
 from npu_migrate.opmap import load_table
 from tests import snippets
+import pytest
 
 SOURCE = textwrap.dedent("""
     import math
@@ -28,11 +29,13 @@ def _override(tmp_path, api, code):
     return [path]
 
 
+@pytest.mark.slow
 def test_by_default_both_attentions_are_fused():
     result = snippets.migrate(SOURCE, "m.py")
     assert sorted((f.code, f.action) for f in result.findings) == [("NPU301", "rewritten"), ("NPU302", "rewritten")]
 
 
+@pytest.mark.slow
 def test_a_native_status_turns_one_fusion_off(tmp_path):
     table = load_table(_override(tmp_path, "pattern.attention.eager", "NPU302"))
     result = snippets.migrate(SOURCE, "m.py", table=table)
@@ -43,6 +46,7 @@ def test_a_native_status_turns_one_fusion_off(tmp_path):
     assert "npu_glue.fusion_attention(" not in result.migrated.split("def library")[0]
 
 
+@pytest.mark.slow
 def test_turning_off_sdpa_keeps_the_call(tmp_path):
     table = load_table(_override(tmp_path, "torch.nn.functional.scaled_dot_product_attention", "NPU301"))
     result = snippets.migrate(SOURCE, "m.py", table=table)

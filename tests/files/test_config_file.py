@@ -56,6 +56,7 @@ def test_yaml_anchor_properties_and_documents():
     assert found == [(("base",), "cuda", text.index("cuda")), (("backend",), "nccl", text.index("nccl"))]
 
 
+@pytest.mark.slow
 def test_an_anchored_value_is_rewritten_once_where_it_is_written(table):
     result = _migrate("conf.yaml", "train: {device: &d cuda}\neval: {device: *d}\n", table)
     assert result.migrated == "train: {device: &d npu}\neval: {device: *d}\n"

@@ -33,6 +33,7 @@ def _files(root: Path):
     return {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_file_fixture(case, table, tmp_path):
     code = case.name.split("_")[0]

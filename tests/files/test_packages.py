@@ -6,6 +6,7 @@ import pytest
 from tests import snippets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line, reported", [
     ("deepspeed==0.9.2", True), ("deepspeed==0.9.3", False),  # deepspeed's rule: >=0.9.3
     ("deepspeed<0.9", True), ("deepspeed<0.9.3", True), ("deepspeed<=0.9.2", True), ("deepspeed~=0.8.0", True),

@@ -23,6 +23,7 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_replaces_llama_mlp(dtype):
     torch.manual_seed(0)

@@ -133,6 +133,7 @@ def test_pse_is_added_before_the_scale(shape):
     close(out, reference(q, k, v, scale=SCALE, mask=mask, pse=pse, pse_scaled=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_upstream_bsh_case(dtype):
     """torch_npu's BSH test: [1, 32, 128, 128] (BNSD) passed as BSH, head_num 32, scale 0.08838."""

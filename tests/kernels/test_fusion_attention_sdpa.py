@@ -71,6 +71,7 @@ def _mask(kind, sq, skv):
     return mask.to(torch.uint8) if kind == "SS-uint8" else mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(MAPPED))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_mapped_calls_take_the_fast_path_and_agree(case, dtype, taken, monkeypatch):
@@ -93,6 +94,7 @@ def test_mapped_calls_take_the_fast_path_and_agree(case, dtype, taken, monkeypat
     assert fast[3].shape == (0,) and fast[4:] == (0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["BSH", "SBH", "BSND", "BNSD"])
 def test_layouts_and_gqa(layout, taken, monkeypatch):
     q, k, v = qkv()
@@ -123,6 +125,7 @@ NOT_MAPPED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(NOT_MAPPED))
 def test_other_calls_keep_the_blocked_path(case, taken, monkeypatch):
     shape, kwargs = NOT_MAPPED[case]
@@ -156,6 +159,7 @@ def _grads(fn, q, k, v, dy):
     return torch.autograd.grad(out, (q, k, v), dy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sparse_mode", [0, 2])
 def test_gradients_through_the_grad_op_from_log_sum_exp_statistics(sparse_mode, taken, monkeypatch):
     """torch.ops.npu.npu_fusion_attention saves the fast path's statistics for
@@ -191,6 +195,7 @@ def test_direct_call_is_differentiable(taken):
 
 # ----------------------------------------------------------------------------- memory
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="peak RSS reset needs Linux /proc/self/clear_refs")
 @pytest.mark.parametrize("causal", [False, True])
 def test_peak_memory_is_linear_in_sequence_length(causal, taken):

@@ -62,6 +62,7 @@ def test_ties_keep_the_lower_expert_first():
         assert op(logits)[1].tolist() == [[1, 2, 4, 5]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, k, experts, dtype", [
     (n, k, col, dtype) for (n, k, col), dtype in itertools.product(
         [(10, 2, 200), (430, 4, 1256), (520, 9, 5120), (10, 5, 5120)], [torch.float16, torch.float32])])
@@ -74,6 +75,7 @@ def test_gating_matches_golden_on_upstream_shapes(rows, k, experts, dtype):
     assert torch.equal(expert_idx, ref_idx) and torch.equal(row_idx, ref_row)
 
 
+@pytest.mark.slow
 def test_float16_upstream_inputs_do_tie():
     """The case the stable order is for: float16 logits over thousands of experts repeat values."""
     x = upstream_logits((520, 5120), torch.float16)
@@ -103,6 +105,7 @@ def test_softmax_gating_has_no_backward():
 
 # --- npu_moe_gating_top_k_softmax_v2 ----------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("renorm, output_softmax", [(0, False), (0, True), (1, False), (1, True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_v2_matches_golden(renorm, output_softmax, dtype):
@@ -133,6 +136,7 @@ def test_v2_rejects_unknown_renorm():
 
 # --- npu_moe_gating_top_k ---------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, dtype, k", golden.UPSTREAM_GROUPED_TOP_K)
 def test_grouped_top_k_matches_golden_on_upstream_cases(rows, dtype, k):
     x = upstream_logits((rows, 256), dtype, seed=4, low=-2, high=2)

@@ -53,6 +53,7 @@ def test_epsilon_matters():
     torch.testing.assert_close(npu_rms_norm(x, w, epsilon=1e-5)[0], llama_rms_norm(x, w, eps=1e-5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape, x_dtype, gamma_dtype", golden.UPSTREAM_RMS_NORM)
 def test_rms_norm_matches_golden_on_upstream_cases(shape, x_dtype, gamma_dtype):
     """torch_npu's test_rms_norm / test_rms_norm_mix_dtype: uniform(0, 100) inputs, a float16 x

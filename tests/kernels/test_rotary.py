@@ -123,6 +123,7 @@ def uniform(shape, dtype, seed):
     return torch.rand(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("mode, x_shape, r_shape", [("half", *c) for c in golden.UPSTREAM_ROTARY_HALF]
                          + [("interleave", *c) for c in golden.UPSTREAM_ROTARY_INTERLEAVE])
@@ -199,6 +200,7 @@ def test_apply_rotary_pos_emb_dtype_and_autograd():
         npu_apply_rotary_pos_emb(q.float().requires_grad_(), k.float(), c, c)
 
 
+@pytest.mark.slow
 def test_apply_rotary_pos_emb_matches_golden_on_the_upstream_case():
     """torch_npu's test: BSND q and k [4, 1024, 16, 128], cos/sin [4, 1024, 1, 128], float16 uniform(0, 1)."""
     q, k = uniform((4, 1024, 16, 128), torch.float16, 3), uniform((4, 1024, 16, 128), torch.float16, 4)

@@ -278,6 +278,7 @@ def test_grouped_matmul_transposition_rules(torch_npu):
 # ----------------------------------------------------------------------------- fused optimizers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", [NpuFusedAdamW, lambda p: NpuFusedSGD(p, lr=0.1, momentum=0.9)],
                          ids=["adamw", "sgd"])
 def test_fused_optimizers_update_non_contiguous_parameters_like_contiguous_ones(optimizer):

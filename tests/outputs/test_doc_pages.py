@@ -36,11 +36,13 @@ None.
 """
 
 
+@pytest.mark.slow
 def test_every_page_on_disk_is_the_generated_one():
     stale = [path.name for path, (on_disk, wanted) in doc_pages.generated().items() if on_disk != wanted]
     assert not stale, f"doc pages out of date with the code declarations: {stale}; run `{doc_pages.COMMAND}`"
 
 
+@pytest.mark.slow
 def test_the_check_command_names_the_stale_page_and_the_fix(tmp_path, capsys):
     docs = tmp_path / "docs"
     docs.mkdir()

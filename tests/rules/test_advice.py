@@ -20,6 +20,7 @@ def test_npu4xx_codes_are_enabled_only_when_selected_by_their_group(select, enab
     assert not code_enabled("NPU401", ["NPU4"], ["NPU401"])
 
 
+@pytest.mark.slow
 def test_the_default_run_has_no_advice_and_the_opt_in_run_adds_only_notes():
     default = snippets.migrate(SOURCE, "train.py")
     advised = snippets.migrate(SOURCE, "train.py", select=["NPU2", "NPU4"])

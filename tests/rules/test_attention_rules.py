@@ -69,6 +69,7 @@ def additive_mask(b, sq, skv, dtype, pad=1):
     return torch.zeros(b, 1, sq, skv, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("sq,skv", [(6, 6), (3, 6)])
 def test_sdpa_rewrite_is_equal(npu, dtype, sq, skv):
@@ -92,6 +93,7 @@ def test_sdpa_aliased_gqa_is_equal(npu, dtype):
     assert len(npu) == 2 and npu[1]["scale"] == 0.125
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_causal_buffer_attention_is_equal(npu, dtype):
     before, after = load("NPU302_eager_causal_buffer", "NPU302")
@@ -112,6 +114,7 @@ def test_causal_buffer_attention_is_equal(npu, dtype):
     assert len(npu) == 2 and not npu[1]["atten_mask"].any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("padded", [False, True])
 def test_gptj_attention_is_equal(npu, dtype, padded):
@@ -134,6 +137,7 @@ class _Module(torch.nn.Module):
         self.num_key_value_groups = groups
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
 @pytest.mark.parametrize("sq,skv", [(5, 5), (2, 5)])
@@ -154,6 +158,7 @@ def test_hf_eager_attention_forward_is_equal(npu, dtype, spelling, sq, skv):
     torch.testing.assert_close(out, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bert_attention_is_equal_and_keeps_probabilities(npu, dtype):
     before, after = load("NPU302_eager_hf_gqa", "NPU302")
@@ -191,6 +196,7 @@ def test_aliased_masked_fill_attention_is_equal(npu, dtype):
     assert not npu
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
 def test_every_catalogue_spelling_is_fused_and_equal(npu, dtype, spelling):
@@ -236,6 +242,7 @@ def test_scaled_query_lands_parenthesised_and_is_equal(npu, dtype):
     close(got, want, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_merged_heads_and_one_head_attention_run_fused_and_equal(npu, dtype):
     """3-D q/k/v with the heads merged into the batch ([B*H, N, D], einops or view, with a [B*H, N, N]

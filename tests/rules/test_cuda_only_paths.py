@@ -92,6 +92,7 @@ def test_the_naive_rename_breaks_at_import():
             torch.npu.get_device_capability() >= (8, 0)
 
 
+@pytest.mark.slow
 def test_migrated_text_keeps_cuda_only_paths_cuda_only(migrated):
     text = migrated.migrated
     assert "USE_BF16 = False\n" in text and "major, minor = (0, 0)\n" in text and "HAS_SM90 = False\n" in text

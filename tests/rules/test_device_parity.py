@@ -66,6 +66,7 @@ def verdicts(table, result, line: int, api: str) -> set:
     return {"native"} if record is not None and record.status == "native" and record.summary else {"silent"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
 def test_migrate_run_rewrites_or_reports_the_row(row, migrated):
     table, results = migrated
@@ -98,6 +99,7 @@ def _check(source: str):
 RUNS = [row for row in ROWS if BY_ROW[row.key].get("runs")]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 @pytest.mark.parametrize("row", RUNS, ids=[IDS[ROWS.index(row)] for row in RUNS])
 def test_the_migrated_snippet_computes_what_the_original_does(row, migrated):

@@ -46,6 +46,7 @@ def owned_records(table, rules):
     return [r for r in table.records() if r.code in codes and not r.api.startswith(("Tensor.", "Module.", "pattern."))]
 
 
+@pytest.mark.slow
 def test_every_reported_record_is_reported_with_its_plan(table):
     records = [r for r in owned_records(table, TABLE_RULES) if r.status in ("unsupported", "fallback")]
     assert len(records) > 30
@@ -188,6 +189,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_training_script_end_to_end(table, tmp_path):
     result = migrate(table, TRAIN_SCRIPT)
     migrated = result.migrated

@@ -84,6 +84,7 @@ def device_sites(result, action):
     return [f for f in result.findings if f.code in DEVICE_CODES and f.action == action]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [CUPY, NUMBA], ids=["cupy", "numba"])
 def test_gpu_library_files_stay_untouched_and_silent_about_device_rewrites(engine, source):
     result = run(engine, "kernels.py", source)
@@ -122,6 +123,7 @@ def test_import_torch_npu_only_where_torch_is_used(engine):
         assert "torch_npu" not in (run(engine, "other.py", source).migrated or "")
 
 
+@pytest.mark.slow
 def test_scope_kinds():
     from npu_migrate.migrate.context import FileContext
     from npu_migrate.migrate.names import NameResolver

@@ -370,6 +370,7 @@ def tolerance(mode, dtype):
     return recorded(f"pattern.rotary.{mode}", dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")],
                          ids=["float32", "bfloat16", "float32-low-precedence"])
@@ -411,6 +412,7 @@ def test_gradients_match(npu):
         torch.testing.assert_close(have, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, args", [
     ("half-chunk-bsnd", lambda: (randn(S, D), *half_tables(S))),  # 3-D x: the kernel takes 4-D only
     ("half-bnsd-gqa", lambda: (randn(B, N, S, 6 + 1), randn(B, 1, S, 7), torch.ones(B, S, 7), torch.zeros(B, S, 7))),  # odd D
@@ -463,6 +465,7 @@ def test_litgpt_rotation_statements_move_into_the_fallback():
     assert 'if npu_glue.rotary_fits(x, cos, sin, "half", site="snippet.py:' in fused and "cos = cos.view(*new_shape)" in fused
 
 
+@pytest.mark.slow
 def test_gptj_model_fuses_both_rotary_implementations():
     source = (Path(__file__).parents[2] / "fixtures" / "models" / "gptj" / "modeling_gptj.py").read_bytes()
     result = snippets.migrate(source, "modeling_gptj.py", rules=[Rotary])
@@ -582,6 +585,7 @@ TABLE_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", list(TABLE_CASES))
 def test_pair_and_complex_tables_match_the_original(case, dtype, npu):

@@ -16,6 +16,7 @@ def _diagnostics(result):
     return [f"{f.line}:{f.col} {f.code} {f.message}" for f in result.findings]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_rule_fixture(case):
     code = case.name.split("_")[0]

@@ -100,6 +100,7 @@ class Block(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_a_block_with_swiglu_attention_and_cuda_keeps_every_rewrite(fused_calls):
     result = migrate(COMBINED)
     rewritten = {f.code for f in result.findings if f.action == "rewritten"}

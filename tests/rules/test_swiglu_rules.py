@@ -257,6 +257,7 @@ CASES += [("LitLLaMAMLP", None), ("GeGLU", "tanh"), ("GeGLU", "none"), ("GeGLUHa
           ("EinsumExperts", None), ("TokensEinsum", None), ("BmmExperts", None)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,act", CASES)
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
@@ -272,6 +273,7 @@ def test_gated_mlp_forms_match_the_original(npu, mlps, mlps_low, name, act, dtyp
     assert calls == expected, "fused exactly when the activation has a kernel"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,act", [("LlamaMLP", "silu"), ("LlamaMLP", "gelu-tanh"), ("LitLLaMAMLP", None),
                                       ("GatedActDense", "hf-silu"), ("FeedForward", "silu"), ("Expert", "silu"),
                                       ("Expert", "gelu-new"), ("GeGLU", "none"), ("Experts", "silu")])
