@@ -17,6 +17,7 @@ import yaml
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.outputs import report_md
 from tests.cli.conftest import DEMO_REPO, git_init
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "outputs" / "data" / "sarif-2.1.0.json"
@@ -39,6 +40,7 @@ def test_the_workflow_installs_the_light_distribution():
     assert workflow()["permissions"]["security-events"] == "write"
 
 
+@pytest.mark.slow
 def test_the_workflow_steps_run_as_documented(tmp_path):
     repo = tmp_path / "checkout"
     subprocess.run(["cp", "-r", str(DEMO_REPO), str(repo)], check=True)

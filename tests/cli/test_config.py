@@ -23,6 +23,7 @@ def findings(result) -> list:
     return [(f["path"], f["code"]) for f in json.loads(result.stdout)]
 
 
+@pytest.mark.slow
 def test_the_table_applies(repo):
     write_tree(repo, {"pyproject.toml": '[project]\nname = "x"\n\n[tool.npu-migrate]\nexclude = ["third_party/"]\n'
                                         '\n[tool.npu-migrate.per-file-ignores]\n"tests/*" = ["NPU902"]\n'})
@@ -31,6 +32,7 @@ def test_the_table_applies(repo):
     assert sorted(findings(invoke(repo / "model", "--check", "--output-format", "json"))) == [("layers.py", "NPU902")]
 
 
+@pytest.mark.slow
 def test_the_command_line_replaces_select_and_adds_to_ignore(repo):
     write_tree(repo, {"pyproject.toml": '[tool.npu-migrate]\nselect = ["NPU902"]\nignore = ["NPU901"]\n'})
     assert {c for _, c in findings(invoke(repo, "--check", "--output-format", "json"))} == {"NPU902"}
@@ -55,6 +57,7 @@ def test_a_mistake_is_an_error_naming_file_and_line(repo, table, line, problem):
     assert f"{repo / 'pyproject.toml'}:{line}:" in message and problem in message
 
 
+@pytest.mark.slow
 def test_opmap_files_are_relative_to_the_pyproject(repo, tmp_path):
     write_tree(repo, {"ops.yaml": "- api: torch.Tensor.double\n  status: unsupported\n  code: NPU902\n"
                                   "  summary: test\n  fallback: {plan: manual, detail: from the project's table}\n",

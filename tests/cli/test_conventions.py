@@ -35,6 +35,7 @@ def test_version():
     assert result.exit_code == 0 and result.stdout == f"migrate (npu-migrate) {__version__}\n"
 
 
+@pytest.mark.slow
 def test_the_summary_and_lists_go_to_stdout_and_machine_formats_keep_it_to_themselves(repo, tmp_path):
     human = invoke(repo, "--check")
     assert "Would change" in human.stdout and "Python files scanned" in human.stdout
@@ -72,6 +73,7 @@ def test_full_shows_the_source_line_and_the_plan_concise_one_line(repo):
     assert "  model/layers.py:5:9: NPU902 NPUs have no float64 [plan: cpu]" in concise and " | " not in concise
 
 
+@pytest.mark.slow
 def test_quiet_prints_the_findings_only_and_exit_zero_clears_the_check_bits(repo, tmp_path):
     quiet = invoke(repo, "--check", "--quiet")
     assert quiet.exit_code == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED
@@ -83,6 +85,7 @@ def test_quiet_prints_the_findings_only_and_exit_zero_clears_the_check_bits(repo
     assert "Migrated tree" not in written.stdout + written.stderr and (tmp_path / "r/report.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_single_file_as_path(repo, tmp_path):
     result = invoke(repo / "model/layers.py", "--check", "--output-format", "json")
     assert [f["path"] for f in json.loads(result.stdout)] == ["layers.py"]
@@ -92,6 +95,7 @@ def test_a_single_file_as_path(repo, tmp_path):
     assert ".npu()" in (tmp_path / "one/train.py").read_text()
 
 
+@pytest.mark.slow
 def test_stdin_prints_the_migrated_source(repo):
     result = run("run", "-", "--stdin-filename", repo / "train.py", "--no-cache", input=CUDA)
     assert result.exit_code == 0
@@ -104,6 +108,7 @@ def test_stdin_prints_the_migrated_source(repo):
     assert run("run", "-", "--in-place", input=CUDA).exit_code == exitcodes.USAGE_ERROR
 
 
+@pytest.mark.slow
 def test_exclude_and_ignore_file(repo, tmp_path):
     write_tree(repo, {"vendor/lib.py": CUDA, "skip.py": "# npu-migrate: ignore-file\n" + CUDA})
     result = invoke(repo, "--exclude", "vendor/", "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
@@ -125,6 +130,7 @@ def test_statistics_writes_nothing_and_report_reads_them_back(repo, tmp_path):
     assert again.exit_code == 0 and again.stdout == stats.stdout and "NPU901" in stats.stdout
 
 
+@pytest.mark.slow
 def test_explain_and_ops_print_on_stdout_whole_lines_in_a_pipe(tmp_path):
     page = run("explain", "NPU302")
     assert page.stdout.startswith("# NPU302:") and page.stderr == ""  # Markdown as written, for less/grep
@@ -139,6 +145,7 @@ def test_explain_and_ops_print_on_stdout_whole_lines_in_a_pipe(tmp_path):
     assert line.startswith(f"{bad}:2:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", ["40", "80", "200"])
 def test_help_has_no_placeholders_and_wraps_whole_paragraphs(width):
     env = {**os.environ, "COLUMNS": width}

@@ -9,6 +9,9 @@ from typer.testing import CliRunner
 
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.app import app
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_migrates_applies_imports_and_passes_parity(tmp_path):

@@ -109,6 +109,7 @@ def migrated(tmp_path_factory):
     return repo, base / "out"
 
 
+@pytest.mark.slow
 def test_every_migrated_file_uses_the_helper_vendored_beside_it(migrated):
     _, out = migrated
     for rel in TREE:
@@ -118,6 +119,7 @@ def test_every_migrated_file_uses_the_helper_vendored_beside_it(migrated):
             assert (out / rel).with_name("npu_glue.py").is_file(), rel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo", sorted(MODULES))
 def test_each_module_imports_and_fuses_in_its_layout(migrated, repo):
     _, out = migrated
@@ -127,6 +129,7 @@ def test_each_module_imports_and_fuses_in_its_layout(migrated, repo):
         assert error < 1e-5 and fused == 1 and beside, (name, error, fused, beside)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_each_script_runs_as_a_file_and_fuses(migrated, script):
     _, out = migrated
@@ -134,6 +137,7 @@ def test_each_script_runs_as_a_file_and_fuses(migrated, script):
     assert error < 1e-5 and fused == 1 and beside, (error, fused, beside)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo", sorted(MODULES))
 def test_the_original_tree_imports_the_same_way(migrated, repo):
     """The layouts are real: the original files import and run the same way (no helper, no kernel)."""

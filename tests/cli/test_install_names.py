@@ -15,6 +15,8 @@ import pytest
 
 from tests.cli.conftest import migrate_demo
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 HF_KERNELS = "kernels==0.17.2"  # Hugging Face's hub kernels
 CLASHING = {"migrate", "kernels", "opmap"}

@@ -14,6 +14,8 @@ import pytest
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli.extras import TORCH_CPU_INDEX, missing_torch, torch_requirement
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "demo"
 

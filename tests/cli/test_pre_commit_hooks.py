@@ -14,6 +14,8 @@ import yaml
 from npu_migrate.migrate import exitcodes
 from tests.cli.conftest import migrate_demo, snapshot
 
+pytestmark = pytest.mark.slow
+
 HOOKS = Path(__file__).resolve().parents[2] / ".pre-commit-hooks.yaml"
 LANGUAGES = {"python", "system"}
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CUDA = "import torch\n\nx = torch.zeros(3).cuda()\n"
 SLOW = "import torch\n\nSLOW_ME = 1\nx = torch.zeros(3).cuda()\n"
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")]
 
 
 def _children(pid: int):

@@ -35,6 +35,7 @@ def _report(report_dir):
     return json.loads((report_dir / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = snapshot(repo)
@@ -53,6 +54,7 @@ def test_default_output_is_a_sibling_tree_with_every_file(repo, tmp_path, monkey
     assert "repo-npu" in result.stdout and "changes.patch" in result.stdout
 
 
+@pytest.mark.slow
 def test_check_sets_exit_bits_and_writes_nothing(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = invoke(repo, "--check")
@@ -72,6 +74,7 @@ def test_diff_prints_the_patch_and_writes_nothing(repo, tmp_path, monkeypatch):
     assert not (tmp_path / "repo-npu").exists() and not (tmp_path / "npu-migrate-report").exists()
 
 
+@pytest.mark.slow
 def test_select_and_ignore_choose_the_codes(repo, tmp_path):
     reports = tmp_path / "r"
     invoke(repo, "--out", tmp_path / "o1", "--report-dir", reports, "--select", "npu901")
@@ -82,6 +85,7 @@ def test_select_and_ignore_choose_the_codes(repo, tmp_path):
     assert _report(reports)["summary"]["by_code"] == {"NPU901": 1, "NPU902": 1}
 
 
+@pytest.mark.slow
 def test_bad_files_become_errors_and_the_run_goes_on(repo, tmp_path):
     write_tree(repo, {
         "broken.py": "x = torch.zeros(.cuda(\n",
@@ -102,6 +106,7 @@ def test_bad_files_become_errors_and_the_run_goes_on(repo, tmp_path):
     assert "crash.py" in result.stderr
 
 
+@pytest.mark.slow
 def test_report_json_schema(repo, tmp_path):
     write_tree(repo, {"broken.py": "def (\n    x.cuda()\n"})
     reports = tmp_path / "r"
@@ -140,6 +145,7 @@ def test_report_json_schema(repo, tmp_path):
     assert "`model/layers.py:3:5`" in markdown and "broken.py:2:1: NPU001" in markdown
 
 
+@pytest.mark.slow
 def test_patch_applies_with_git_including_no_newline_and_helper(tmp_path):
     repo = write_tree(tmp_path / "repo", {
         "a.py": "import torch\nx = torch.ones(2).cuda()",  # no trailing newline
@@ -163,6 +169,7 @@ def test_patch_applies_with_git_including_no_newline_and_helper(tmp_path):
     assert after == snapshot(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_jobs_2_gives_the_same_results_as_jobs_1(tmp_path):
     files = {f"m{i:02d}.py": (DOUBLE if i % 6 else CUDA) for i in range(24)}  # > 20: the progress bar path
     repo = write_tree(tmp_path / "repo", files)
@@ -174,6 +181,7 @@ def test_jobs_2_gives_the_same_results_as_jobs_1(tmp_path):
     assert snapshot(tmp_path / "out1") == snapshot(tmp_path / "out2")
 
 
+@pytest.mark.slow
 def test_migrating_the_output_again_changes_nothing(repo, tmp_path):
     write_tree(repo, {"model/glued.py": "def f(t):\n    return t.glue()\n"})
     invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r1")
@@ -239,6 +247,7 @@ def test_in_place_with_force_keeps_backups(repo, tmp_path):
 
 
 # -- issue 25: scripts by their shebang, paths over PATH_MAX --------------------------------------------
+@pytest.mark.slow
 def test_a_python_script_without_the_suffix_is_migrated_keeping_its_mode(tmp_path):
     repo = write_tree(tmp_path / "repo", {"bin/train": "#!/usr/bin/env python3\n" + CUDA, "bin/run.sh": "#!/bin/sh\n"})
     (repo / "bin/train").chmod(0o755)

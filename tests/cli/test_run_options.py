@@ -20,6 +20,7 @@ def repo(tmp_path, fake_rules):
                                           "model/layers.py": DOUBLE, "model/plain.py": "x = 1\n"})
 
 
+@pytest.mark.slow
 def test_check_lists_the_files_that_would_change_and_the_sites_that_need_attention(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = invoke(repo, "--check")
@@ -34,6 +35,7 @@ def test_check_lists_the_files_that_would_change_and_the_sites_that_need_attenti
     assert not (tmp_path / "repo-npu").exists() and not (tmp_path / "npu-migrate-report").exists()
 
 
+@pytest.mark.slow
 def test_the_summary_line_says_what_report_json_says(repo, tmp_path):
     write_tree(repo, {"broken.py": "x = (.cuda(\n"})
     result = invoke(repo, "--out", tmp_path / "out", "--report-dir", tmp_path / "r")
@@ -48,6 +50,7 @@ def test_the_summary_line_says_what_report_json_says(repo, tmp_path):
     assert f"{s['sites_reported']} need attention, {s['sites_suppressed']} suppressed." in line
 
 
+@pytest.mark.slow
 def test_statistics_counts_each_code_with_its_summary(repo, tmp_path):
     write_tree(repo, {"more.py": "import torch\na = torch.ones(1).cuda()\nb = torch.ones(1).cuda()\n"})
     result = invoke(repo, "--check", "--statistics")
@@ -70,11 +73,13 @@ def test_unknown_codes_are_a_usage_error_naming_them(repo, tmp_path, option, val
     assert not (tmp_path / "repo-npu").exists()
 
 
+@pytest.mark.slow
 def test_known_codes_and_prefixes_are_accepted(repo):
     assert invoke(repo, "--check", "--select", "npu9").exit_code == exitcodes.WOULD_CHANGE | exitcodes.UNSUPPORTED
     assert invoke(repo, "--check", "--select", "NPU901", "--ignore", "NPU0").exit_code == exitcodes.WOULD_CHANGE
 
 
+@pytest.mark.slow
 def test_no_fused_runs_the_device_rewrites_only(tmp_path):
     """On the demo with the real rules: --no-fused is --ignore NPU3, and leaves the device rewrites."""
     _, out, reports, _ = migrate_demo(tmp_path / "a", "--no-fused")
@@ -103,6 +108,7 @@ def test_parity_option_puts_the_result_on_the_page(repo, tmp_path):
     assert not (tmp_path / "out2").exists()
 
 
+@pytest.mark.slow
 def test_sites_print_as_written(repo, tmp_path):
     """Rich markup and emoji codes in paths or messages are printed literally (``:100:`` is a line)."""
     write_tree(repo, {"model/[red]x.py": "\n" * 98 + "import torch\nz = torch.zeros(1).double()\n"})

@@ -27,6 +27,7 @@ def main(model, x):
 pytestmark = pytest.mark.skipif(not select_rules(["NPU2"]), reason="device rules not present")
 
 
+@pytest.mark.slow
 def test_real_rules_end_to_end(tmp_path):
     repo = write_tree(tmp_path / "repo", {
         "pkg/__init__.py": "",

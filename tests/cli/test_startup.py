@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.diagnostics import doc_page
 
+pytestmark = pytest.mark.slow
+
 HEAVY = ("libcst", "torch", "numpy", "yaml", "pathspec", "packaging", "npu_migrate.migrate.engine",
          "npu_migrate.migrate.rules", "npu_migrate.migrate.files.kinds")
 PROBE = """

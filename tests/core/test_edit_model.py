@@ -9,10 +9,10 @@ import pytest
 from npu_migrate.migrate import apply as apply_module
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Splice, template as code
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.guarded import region
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import OpTable
+from tests import snippets
 
 
 class RenameCuda(Rule):
@@ -73,7 +73,7 @@ class RemoveMarked(Rule):
 
 
 def run(source, *rules):
-    return Engine(OpTable([]), rules).migrate("m.py", source.encode())
+    return snippets.migrate(source, "m.py", rules=rules, table=OpTable([]), status=None)
 
 
 def test_an_edit_inside_a_hole_is_applied_there():

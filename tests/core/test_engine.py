@@ -4,9 +4,9 @@ import libcst.matchers as m
 
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import ImportSpec, template as code
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.opmap import Fallback, OpRecord, OpTable
+from tests import snippets
 
 TABLE = OpTable([OpRecord("torch.float64", "unsupported", code="NPU901", summary="no float64 on NPU",
                           fallback=Fallback("manual", "use float32"))])
@@ -51,8 +51,8 @@ class Crash(Rule):
             raise ValueError("kaboom")
 
 
-def engine(*rules, enabled=lambda code: True):
-    return Engine(TABLE, rules, enabled)
+def engine(*rules, enabled=None):
+    return snippets.engine(rules=rules, enabled=enabled, table=TABLE)
 
 
 def test_rewrites_keep_comments_and_add_the_import():
@@ -119,7 +119,7 @@ def _styled(ending: str, last: bool, bom: bool) -> bytes:
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_bom_and_line_endings_survive_byte_for_byte(ending, last, bom):
     data = _styled(ending, last, bom)
-    result = Engine(TABLE, [RenameCuda]).migrate("m.py", data)
+    result = engine(RenameCuda).migrate("m.py", data)
     assert result.status == "changed"
     out = result.migrated.encode("utf-8")
     assert out.startswith(b"\xef\xbb\xbf") is bom

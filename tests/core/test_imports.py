@@ -13,6 +13,7 @@ from npu_migrate.migrate.edits import ImportSpec
 from npu_migrate.migrate.imports import add_imports
 from npu_migrate.migrate.line_fit import file_width, fit_lines
 from npu_migrate.migrate.names import NameResolver
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NPU = ImportSpec("torch_npu")
@@ -87,6 +88,7 @@ def test_long_calls_break_their_arguments():
     assert fitted.startswith("def f():\n    out = torch_npu.npu_fusion_attention(\n        query,")
 
 
+@pytest.mark.slow
 def test_ruff_reports_nothing_new_on_the_migrated_demo_and_fixture_models():
     """The measurement of benchmarks/lint_delta.py (ruff's default rules plus isort, and line length at
     each file's own width), run on the bundled demo and the fixture models."""

@@ -13,6 +13,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, Iterator, List, Set
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"migrate": "npu_migrate.migrate", "opmap": "npu_migrate.opmap"}
@@ -126,26 +127,31 @@ def floor_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_no_module_imports_in_a_loop():
     assert cycles(import_graph()) == []
 
 
+@pytest.mark.slow
 def test_no_floor_imports_in_a_loop():
     assert cycles(floor_graph(import_graph())) == []
 
 
+@pytest.mark.slow
 def test_the_rewriting_floors_import_only_downwards():
     upward = sorted((a, b) for a, targets in floor_graph(import_graph()).items() for b in targets
                     if a in FLOORS and b in FLOORS and FLOORS.index(b) > FLOORS.index(a))
     assert upward == []
 
 
+@pytest.mark.slow
 def test_the_view_imports_no_rule_and_the_rules_no_driver():
     graph = floor_graph(import_graph())
     assert not graph["view"] & {"rules", "context", "residual", "engine", "runner", "outputs", "cli"}
     assert not graph["rules"] & {"residual", "catalogue", "engine", "runner", "outputs", "cli"}
 
 
+@pytest.mark.slow
 def test_rule_families_import_no_other_family():
     crossing = []
     for module, targets in import_graph().items():

@@ -9,8 +9,7 @@ import nbformat
 import pytest
 
 from npu_migrate.migrate import exitcodes
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests import snippets
 from tests.cli.conftest import invoke, write_tree
 
 
@@ -32,14 +31,9 @@ TRAIN = notebook(
 )
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return build_engine(load_table())
-
-
-def test_code_cells_are_migrated_and_the_rest_is_untouched(engine):
-    result = engine.migrate("train.ipynb", TRAIN.encode())
-    assert result.status == "changed", result.error
+@pytest.mark.slow
+def test_code_cells_are_migrated_and_the_rest_is_untouched():
+    result = snippets.migrate(TRAIN, "train.ipynb", status="changed")
     nb = nbformat.reads(result.migrated, as_version=4)
     nbformat.validate(nb)
     before = nbformat.reads(TRAIN, as_version=4)
@@ -55,18 +49,19 @@ def test_code_cells_are_migrated_and_the_rest_is_untouched(engine):
     unchanged_text = [line for line in TRAIN.splitlines() if '"source"' not in line and "cuda" not in line
                       and "import torch.nn as nn" not in line]
     assert all(line in result.migrated.splitlines() for line in unchanged_text)  # the JSON's layout kept
-    again = engine.migrate("train.ipynb", result.migrated.encode())
-    assert again.status == "unchanged" and not [f for f in again.findings if f.action == "rewritten"]
+    again = snippets.migrate(result.migrated, "train.ipynb", status="unchanged")
+    assert not [f for f in again.findings if f.action == "rewritten"]
 
 
-def test_findings_are_located_by_cell_and_line(engine):
-    result = engine.migrate("train.ipynb", TRAIN.encode())
+def test_findings_are_located_by_cell_and_line():
+    result = snippets.migrate(TRAIN, "train.ipynb")
     where = {(f.code, f.cell, f.line, f.col) for f in result.findings}
     assert ("NPU203", 3, 2, 24) in where  # `.cuda()` in cell 3, line 2 (0-based column 24)
     assert ("NPU101", 3, 3, 7) in where
     assert ("NPU201", 5, 3, 4) in where
 
 
+@pytest.mark.slow
 def test_every_output_names_the_cell(tmp_path):
     repo = write_tree(tmp_path / "repo", {"train.ipynb": TRAIN})
     concise = invoke(repo, "--check", "--output-format", "concise")
@@ -88,6 +83,7 @@ def test_every_output_names_the_cell(tmp_path):
     nbformat.validate(nbformat.read(tmp_path / "out/train.ipynb", as_version=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, problem", [
     ("{not json", "not valid JSON"),
     ('{"nbformat": 3, "worksheets": []}', "not an nbformat 4 notebook"),
@@ -103,15 +99,14 @@ def test_a_notebook_that_cannot_be_migrated_is_reported_and_left_as_it_is(tmp_pa
     assert (tmp_path / "out/bad.ipynb").read_text() == text
 
 
-def test_a_cell_that_does_not_parse_is_named(engine):
+def test_a_cell_that_does_not_parse_is_named():
     text = notebook(nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("x = (\ny = torch.zeros(1).cuda()"))
-    result = engine.migrate("nb.ipynb", text.encode())
-    assert result.status == "error" and result.error.startswith("nb.ipynb:cell 2:")
+    result = snippets.migrate(text, "nb.ipynb", status="error")
+    assert result.error.startswith("nb.ipynb:cell 2:")
 
 
-def test_a_percent_operator_on_a_continuation_line_is_python_not_a_magic(engine):
+def test_a_percent_operator_on_a_continuation_line_is_python_not_a_magic():
     text = notebook(nbformat.v4.new_code_cell('import torch\nmsg = ("on %s"\n       % "cuda")\nx = torch.zeros(1).cuda()'))
-    result = engine.migrate("nb.ipynb", text.encode())
-    assert result.status == "changed", result.error
+    result = snippets.migrate(text, "nb.ipynb", status="changed")
     source = nbformat.reads(result.migrated, as_version=4).cells[0].source
     assert '       % "cuda")\nx = torch.zeros(1).npu()' in source

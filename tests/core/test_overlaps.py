@@ -9,12 +9,13 @@ import libcst.matchers as m
 from npu_migrate.migrate import overlaps as overlaps_module
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.edits import Code, Guarded, Replace, Site, Splice
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.findings import Finding
 from npu_migrate.migrate.overlaps import overlaps, overlaps_pairwise
 from npu_migrate.migrate.rules.base import Rule
 from npu_migrate.migrate.tree import TreeIndex
 from npu_migrate.opmap import OpTable
+from tests import snippets
+import pytest
 
 
 def _source(rng: random.Random) -> str:
@@ -83,6 +84,7 @@ def _random_sites(rng: random.Random, module: cst.Module, tree: TreeIndex, count
     return sites
 
 
+@pytest.mark.slow
 def test_the_intervals_agree_with_every_pair_compared():
     rng = random.Random(25)
     dropped_some = kept_some = 0
@@ -115,6 +117,7 @@ class ProductDropped(Rule):
             self.replace(node, Code("zero()"), "dropped", target="zero")
 
 
+@pytest.mark.slow
 def test_ten_thousand_sites_in_one_file(monkeypatch):
     """5,000 lines, each with a product rebuilt without its operand (which holds a rename): 10,000
     sites, every rename dropped naming its own line's product; the pair rule is consulted only for
@@ -124,8 +127,7 @@ def test_ten_thousand_sites_in_one_file(monkeypatch):
     monkeypatch.setattr(overlaps_module, "loses", lambda *args: calls.append(1) or pair_rule(*args))
     lines = 5000
     source = "".join(f"y{i} = x{i}.cuda() * 2\n" for i in range(lines))
-    result = Engine(OpTable([]), [RenameCuda, ProductDropped]).migrate("big.py", source.encode())
-    assert result.status == "changed"
+    result = snippets.migrate(source, "big.py", rules=[RenameCuda, ProductDropped], table=OpTable([]), status="changed")
     assert result.migrated == "".join(f"y{i} = zero()\n" for i in range(lines))
     dropped = [f for f in result.findings if f.code == "NPU006"]
     assert len(result.findings) == 2 * lines and len(dropped) == lines

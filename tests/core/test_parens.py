@@ -33,11 +33,11 @@ from npu_migrate.migrate.codegen import code as codegen
 from npu_migrate.migrate.edits import Guarded, Replace, edit_codes
 from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.guarded import _placeholder, _text, fill
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 ROOT = Path(__file__).parents[2]
 FILES = sorted(p for p in (ROOT / "fixtures").rglob("*.py"))
-TABLE = load_table()
+TABLE = builtin_table()
 FUSED = ("NPU302", "NPU310", "NPU320", "NPU330", "NPU340")  # the rules that write operand source into code
 
 #: low-precedence expressions; ``{i}`` makes the names of each use unique
@@ -130,12 +130,14 @@ def _positions(template: ast.AST, placeholder: str):
     return "load"
 
 
+@pytest.mark.slow
 def test_the_templates_are_found_over_the_fixtures(emitted):
     templates, pasting = emitted
     assert len(templates) >= 20 and len(pasting) >= 10, (len(templates), len(pasting))
     assert {kind for _, _, kind in templates} == {"expression", "statement"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LOW))
 def test_every_hole_of_every_template_keeps_its_expression_whole(name, emitted):
     """Each hole of each template filled with the expression: the code parses as intended and compiles."""
@@ -208,6 +210,7 @@ def _landed_whole(tree: ast.AST, probes) -> list:
             if isinstance(node, (ast.Name, ast.arg)) and name and name.startswith("__probe")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PASTED))
 def test_pasted_operands_land_whole(name, emitted, monkeypatch):
     """The fixtures migrated with every pasted operand a low-precedence expression: each lands whole

@@ -5,18 +5,11 @@ import textwrap
 
 import pytest
 
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return build_engine(load_table())
-
-
-def residual(engine, source):
-    result = engine.migrate("m.py", textwrap.dedent(source).encode())
-    assert result.status != "error", result.error
+def residual(source):
+    result = snippets.migrate(textwrap.dedent(source), "m.py")
     return [f for f in result.findings if "form seen" in f.message], result
 
 
@@ -49,9 +42,10 @@ UNREAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", sorted(UNREAD))
-def test_a_component_in_an_unread_form_is_reported_with_a_plan(engine, code):
-    found, result = residual(engine, UNREAD[code])
+def test_a_component_in_an_unread_form_is_reported_with_a_plan(code):
+    found, result = residual(UNREAD[code])
     families = {f.code for f in result.findings}
     assert code in families, [f"{f.code} {f.message}" for f in result.findings]
     for finding in (f for f in result.findings if f.code == code):
@@ -80,12 +74,12 @@ def gate(x, w):
 """
 
 
-def test_look_alikes_get_no_finding(engine):
-    result = engine.migrate("m.py", LOOK_ALIKES.encode())
+def test_look_alikes_get_no_finding():
+    result = snippets.migrate(LOOK_ALIKES, "m.py")
     assert [f for f in result.findings if f.code.startswith("NPU3")] == []
 
 
-def test_a_fused_component_is_not_reported_again(engine):
+def test_a_fused_component_is_not_reported_again():
     source = """
         import math
         import torch
@@ -96,12 +90,12 @@ def test_a_fused_component_is_not_reported_again(engine):
             out = torch.matmul(probs, v)
             return out
     """
-    found, result = residual(engine, source)
+    found, result = residual(source)
     assert found == []
     assert [(f.code, f.action) for f in result.findings] == [("NPU302", "rewritten")]
 
 
-def test_only_selected_families_are_reported(engine):
-    narrow = build_engine(load_table(), select=["NPU2"])
-    result = narrow.migrate("m.py", textwrap.dedent(UNREAD["NPU341"]).encode())
+@pytest.mark.slow
+def test_only_selected_families_are_reported():
+    result = snippets.migrate(textwrap.dedent(UNREAD["NPU341"]), "m.py", select=["NPU2"])
     assert not [f for f in result.findings if f.code.startswith("NPU3")]

@@ -10,8 +10,8 @@ from npu_migrate.migrate.cache import Cache, salt
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.migrate.rules import select_rules
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
 from npu_migrate.opmap.table import builtin_files
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -19,7 +19,7 @@ CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _cache(directory, select=None):
@@ -40,6 +40,7 @@ def _dump(result):
              if r.status == "changed" else r.diff} for r in result.files]
 
 
+@pytest.mark.slow
 def test_rule_fixtures_cold_and_warm_are_byte_for_byte_equal(table, tmp_path):
     """Every rule fixture, each with only its code enabled (as the fixture test runs it)."""
     by_code = {}
@@ -55,6 +56,7 @@ def test_rule_fixtures_cold_and_warm_are_byte_for_byte_equal(table, tmp_path):
     assert len(entries) >= len(CASES)
 
 
+@pytest.mark.slow
 def test_a_warm_run_reads_the_cache_instead_of_migrating(table, tmp_path, monkeypatch):
     paths = [f"{case}/input.py" for case in CASES[:20]]
     cold = _dump(_run(table, paths, _cache(tmp_path)))
@@ -67,6 +69,7 @@ def test_a_warm_run_reads_the_cache_instead_of_migrating(table, tmp_path, monkey
     assert _dump(_run(table, paths, _cache(tmp_path))) == cold
 
 
+@pytest.mark.slow
 def test_no_worker_is_started_when_every_result_is_cached(table, tmp_path, monkeypatch):
     """Issue 23 item 2: the parent looks the files up; the pool starts only for files it lacks."""
     paths = [f"{case}/input.py" for case in CASES[:20]]
@@ -80,6 +83,7 @@ def test_no_worker_is_started_when_every_result_is_cached(table, tmp_path, monke
     assert _dump(run(FIXTURES, paths, lambda: refuse(), jobs=2, cache=_cache(tmp_path))) == cold
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "wrong_types", "other_key", "checksum"])
 def test_damaged_or_foreign_entries_are_ignored(table, tmp_path, damage):
     paths = [f"{case}/input.py" for case in CASES if case.startswith("NPU203")]
@@ -164,6 +168,7 @@ def _injected(result) -> bool:
     return any(f["migrated"] == INJECTED for f in result)
 
 
+@pytest.mark.slow
 def test_a_signed_entry_of_this_user_is_used(table, tmp_path):
     """The forgery below is effective when nothing refuses it: the tests that follow mean something."""
     paths, _, cache, entries = _npu203(table, tmp_path)
@@ -171,6 +176,7 @@ def test_a_signed_entry_of_this_user_is_used(table, tmp_path):
     assert _injected(_dump(_run(table, paths, _cache(tmp_path / "cache"))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ["unsigned", "others_can_write", "directory_others_can_write", "symlink", "fifo",
                                     "dev_zero", "oversized", "other_owner"])
 def test_entries_someone_else_could_have_written_are_refused(table, tmp_path, attack):
@@ -213,6 +219,7 @@ def test_entries_someone_else_could_have_written_are_refused(table, tmp_path, at
     assert result == reference
 
 
+@pytest.mark.slow
 def test_cache_directories_are_private_whatever_the_umask(table, tmp_path):
     import os
 
@@ -233,6 +240,7 @@ def test_cache_directories_are_private_whatever_the_umask(table, tmp_path):
             assert mode & 0o077 == 0, path  # entries and the key: the user's alone
 
 
+@pytest.mark.slow
 def test_the_patch_and_the_tree_come_from_the_one_stored_text(table, tmp_path):
     """Entries keep no diff: a cached result's patch is made from its migrated text."""
     from npu_migrate.migrate.outputs.changes import collect_changes

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 OK = "import torch\n\nx = torch.zeros(3).cuda()\n"
 
 

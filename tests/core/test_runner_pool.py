@@ -28,6 +28,7 @@ def _lost(item, why):
     return f"LOST {item}: {why}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_dead_and_silent_workers_cost_one_item_each(jobs):
     items = ["a", "segfault", "b", "exit", "c", "hang", "d", "spin"] + [f"x{i}" for i in range(30)]

@@ -3,8 +3,9 @@ than ``fused`` for a fused API keeps its sites as they are and reports them."""
 
 import textwrap
 
-from npu_migrate.migrate.engine import build_engine
 from npu_migrate.opmap import load_table
+from tests import snippets
+import pytest
 
 SOURCE = textwrap.dedent("""
     import math
@@ -28,14 +29,16 @@ def _override(tmp_path, api, code):
     return [path]
 
 
+@pytest.mark.slow
 def test_by_default_both_attentions_are_fused():
-    result = build_engine(load_table()).migrate("m.py", SOURCE)
+    result = snippets.migrate(SOURCE, "m.py")
     assert sorted((f.code, f.action) for f in result.findings) == [("NPU301", "rewritten"), ("NPU302", "rewritten")]
 
 
+@pytest.mark.slow
 def test_a_native_status_turns_one_fusion_off(tmp_path):
     table = load_table(_override(tmp_path, "pattern.attention.eager", "NPU302"))
-    result = build_engine(table).migrate("m.py", SOURCE)
+    result = snippets.migrate(SOURCE, "m.py", table=table)
     actions = {f.code: f for f in result.findings}
     assert actions["NPU301"].action == "rewritten"  # the other fusion is untouched
     assert actions["NPU302"].action == "reported"
@@ -43,8 +46,9 @@ def test_a_native_status_turns_one_fusion_off(tmp_path):
     assert "npu_glue.fusion_attention(" not in result.migrated.split("def library")[0]
 
 
+@pytest.mark.slow
 def test_turning_off_sdpa_keeps_the_call(tmp_path):
     table = load_table(_override(tmp_path, "torch.nn.functional.scaled_dot_product_attention", "NPU301"))
-    result = build_engine(table).migrate("m.py", SOURCE)
+    result = snippets.migrate(SOURCE, "m.py", table=table)
     assert "F.scaled_dot_product_attention(q, k, v)" in result.migrated
     assert {f.code: f.action for f in result.findings}["NPU301"] == "reported"

@@ -23,8 +23,8 @@ from npu_migrate.migrate import triage
 from npu_migrate.migrate.cache import salt
 from npu_migrate.migrate.limits import Limits
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
 from npu_migrate.opmap.table import builtin_files
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -32,13 +32,14 @@ CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _dump(result):
     return [asdict(r) for r in result.files]
 
 
+@pytest.mark.slow
 def test_each_rule_fixture_with_its_code_is_the_same_with_and_without_triage(table):
     by_code = {}
     for case in CASES:
@@ -49,6 +50,7 @@ def test_each_rule_fixture_with_its_code_is_the_same_with_and_without_triage(tab
         assert with_triage == without, code
 
 
+@pytest.mark.slow
 def test_the_triage_keeps_libcst_from_files_that_hold_no_site(table, monkeypatch):
     """Not vacuous: with every rule on, some fixtures (look-alikes, no-change cases) never reach libcst,
     and every file that does hold a site still does."""
@@ -101,6 +103,7 @@ def _outputs_equal(source: Path, tmp_path: Path) -> None:
     _same_tree(kept["triage"] / "out", kept["no-triage"] / "out")
 
 
+@pytest.mark.slow
 def test_rule_fixtures_through_the_cli_are_byte_identical_with_and_without_triage(tmp_path):
     _outputs_equal(FIXTURES, tmp_path)
 

@@ -9,23 +9,22 @@ import yaml
 
 from npu_migrate.migrate.files.base import Facts, FileSyntaxError
 from npu_migrate.migrate.files.config_tree import SCALAR, json_tree, walk, yaml_tree
-from npu_migrate.migrate.files.engine import migrate_file
 from npu_migrate.migrate.files.kinds import kind_of
 from npu_migrate.migrate.files.run import migrate_all
 from npu_migrate.migrate.limits import Limits
-from npu_migrate.opmap import SchemaError, load_sections, load_table
+from npu_migrate.opmap import SchemaError, load_sections
+from tests import snippets
 
 NPU = Facts(imports_torch_npu=True)
 
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return snippets.builtin_table()
 
 
 def _migrate(path, text, table, facts=NPU):
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    return migrate_file(path, data, kind_of(path), table, facts)
+    return snippets.migrate(text, path, table=table, facts=facts, status=None)
 
 
 def _scalars(trees):
@@ -57,6 +56,7 @@ def test_yaml_anchor_properties_and_documents():
     assert found == [(("base",), "cuda", text.index("cuda")), (("backend",), "nccl", text.index("nccl"))]
 
 
+@pytest.mark.slow
 def test_an_anchored_value_is_rewritten_once_where_it_is_written(table):
     result = _migrate("conf.yaml", "train: {device: &d cuda}\neval: {device: *d}\n", table)
     assert result.migrated == "train: {device: &d npu}\neval: {device: *d}\n"
@@ -169,7 +169,7 @@ def test_build_arguments_are_reported_never_renamed(table):
 def test_uv_sources_routed_to_a_cuda_index_are_reported_where_they_name_it(table):
     text = ('[project]\nname = "p"\n[tool.uv.sources]\ntorch = { index = "cu" }\n'
             '[[tool.uv.index]]\nname = "cu"\nurl = "https://download.pytorch.org/whl/cu124"\n')
-    result = migrate_file("pyproject.toml", text.encode(), kind_of("pyproject.toml"), table, NPU)
+    result = _migrate("pyproject.toml", text, table)
     assert [(f.line, f.code) for f in result.findings] == [(4, "NPU131"), (7, "NPU131")]
 
 

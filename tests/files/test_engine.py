@@ -6,12 +6,12 @@ import pytest
 from npu_migrate.migrate.files.base import Facts, FileKind, TextEdit
 from npu_migrate.migrate.files.engine import migrate_file
 from npu_migrate.migrate.files.kinds import BY_NAME, kind_of
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 class Clashing(FileKind):

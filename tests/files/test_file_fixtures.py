@@ -13,7 +13,7 @@ from npu_migrate.migrate.discovery import discover
 from npu_migrate.migrate.files.codes import DECLARATIONS
 from npu_migrate.migrate.files.kinds import KINDS, kind_of
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "files"
 CASES = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
@@ -21,7 +21,7 @@ CASES = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return builtin_table()
 
 
 def _run(tree: Path, code: str, table):
@@ -33,6 +33,7 @@ def _files(root: Path):
     return {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_file_fixture(case, table, tmp_path):
     code = case.name.split("_")[0]

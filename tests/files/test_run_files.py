@@ -27,6 +27,7 @@ def _report(reports):
     return json.loads((reports / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_migrated_tree_patch_and_reports_hold_the_dependency_and_launcher_changes(repo, tmp_path):
     out, reports = tmp_path / "out", tmp_path / "r"
     result = invoke(repo, "--out", out, "--report-dir", reports, "--no-cache")
@@ -71,6 +72,7 @@ def test_the_migrated_tree_patch_and_reports_hold_the_dependency_and_launcher_ch
     git(repo, "apply", "--check", str(reports / "changes.patch"))
 
 
+@pytest.mark.slow
 def test_check_and_diff_cover_the_dependency_files(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     checked = invoke(repo, "--check", "--select", "NPU2,NPU130")
@@ -85,6 +87,7 @@ def test_check_and_diff_cover_the_dependency_files(repo, tmp_path, monkeypatch):
     assert only_reports.exit_code == exitcodes.UNSUPPORTED
 
 
+@pytest.mark.slow
 def test_in_place_writes_and_reverts_them(repo, tmp_path):
     git_init(repo)
     reports = tmp_path / "r"
@@ -96,6 +99,7 @@ def test_in_place_writes_and_reverts_them(repo, tmp_path):
     assert (repo / "scripts/run.sh").read_text() == REPO["scripts/run.sh"]
 
 
+@pytest.mark.slow
 def test_the_cache_serves_them_and_their_key_follows_the_python_files(repo, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     first = invoke(repo, "--out", tmp_path / "o1", "--report-dir", tmp_path / "r1", "--cache-dir", cache)
@@ -117,6 +121,7 @@ def test_the_cache_serves_them_and_their_key_follows_the_python_files(repo, tmp_
     assert (tmp_path / "o3/requirements.txt").read_text() == REPO["requirements.txt"]
 
 
+@pytest.mark.slow
 def test_a_setup_py_edit_waits_for_a_python_file_the_rules_changed(tmp_path):
     repo = write_tree(tmp_path / "repo", {
         "setup.py": ("import torch\nfrom setuptools import setup\n\nGPU = torch.cuda.is_available()\n"

@@ -18,6 +18,8 @@ import yaml
 
 from npu_migrate.migrate.parity.spec import load_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "fixtures" / "models"
 DEMO_DIR = ROOT / "fixtures" / "demo"

@@ -7,8 +7,8 @@ import torch
 from npu_migrate import kernels
 from npu_migrate.migrate.parity.criteria import default_criteria
 from npu_migrate.migrate.parity.metrics import compare
-from npu_migrate.opmap import load_table
 from tests.helpers.dispatch_counts import OpCounter
+from tests.tolerances import recorded as tolerance  # noqa: F401 (the helper tests take it from here)
 
 KERNELS = Path(kernels.__file__).resolve().parent  # the emulator: on hardware, inside the kernel
 HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
@@ -36,12 +36,6 @@ def dispatcher_op(name):
     except (AttributeError, RuntimeError):
         return False
     return True
-
-
-def tolerance(api, dtype):
-    """The op table's tolerance for ``api`` in ``dtype`` (as assert_close keywords)."""
-    t = load_table().get(api).tolerance[str(dtype).replace("torch.", "")]
-    return dict(rtol=t.rtol, atol=t.atol)
 
 
 def assert_parity(got, want, dtype):

@@ -7,16 +7,15 @@ import pytest
 import torch
 
 from tests.helpers.dispatch_counts import OpCounter
-from npu_migrate.opmap import load_table
 from tests.helpers.support import HELPERS, KERNELS, qkv, tolerance
+from tests.tolerances import recorded
 
 ATTENTION = "torch.nn.functional.scaled_dot_product_attention"
 MIN = "dtype min"
 
 
 def rotary_tolerance(dtype):
-    t = load_table().exact("pattern.rotary.half").tolerance[str(dtype).removeprefix("torch.")]
-    return dict(rtol=t.rtol, atol=t.atol)
+    return recorded("pattern.rotary.half", dtype)
 
 
 def eager(q, k, v, mask, scale):
@@ -42,6 +41,7 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
 def test_attention_under_autocast_runs_the_kernel_in_autocasts_dtype(glue, spy, amp):
     """Under autocast q and k come out of the rotary in float32 and v out of a Linear in the autocast
@@ -59,6 +59,7 @@ def test_attention_under_autocast_runs_the_kernel_in_autocasts_dtype(glue, spy, 
     assert not glue.can_fuse(q, k, v)  # outside autocast the original's matmul would raise on them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("fill", [MIN, float("-inf")], ids=["finfo-min", "minus-inf"])
 def test_left_padding_rows_get_the_originals_values_on_the_device(glue, spy, dtype, fill):
@@ -77,6 +78,7 @@ def test_left_padding_rows_get_the_originals_values_on_the_device(glue, spy, dty
     torch.testing.assert_close(got, want, equal_nan=True, **tolerance(ATTENTION, dtype))
 
 
+@pytest.mark.slow
 def test_padded_rows_in_float16_or_with_gradients_fall_back_with_a_reason(glue):
     """float16 scores plus -65504 still depend on the scores, and the kernel's gradient of a dead row
     is not the original's: those calls run the original (one sync finds the dead row)."""
@@ -88,6 +90,7 @@ def test_padded_rows_in_float16_or_with_gradients_fall_back_with_a_reason(glue):
     assert glue.can_fuse(q32, k32, v32, additive=padding_mask([4, 4], 4), mask_values_proven=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
 def test_rotary_of_a_low_precision_x_with_float32_tables_computes_in_float32(glue, spy, amp):
     """Llama under autocast: q from a Linear in autocast's dtype, cos/sin float32: the original's
@@ -101,6 +104,7 @@ def test_rotary_of_a_low_precision_x_with_float32_tables_computes_in_float32(glu
     torch.testing.assert_close(got, want, **rotary_tolerance(torch.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(1, 4, 5, 8), (2, 4, 5, 8), (5, 8), (5, 1, 8)], ids=["per-head", "full", "SD", "S1D"])
 def test_rotary_tables_of_any_broadcastable_shape(glue, spy, shape):
     """Per-head tables [1, N, S, D] fit none of the kernel's table layouts: they reach it expanded
@@ -114,6 +118,7 @@ def test_rotary_tables_of_any_broadcastable_shape(glue, spy, shape):
     assert spy["npu_rotary_mul"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
 def test_sdpa_under_autocast_casts_as_sdpa_does(glue, spy, amp):
     """SDPA is on autocast's lower-precision list: mixed float32 q/k and low-precision v are cast."""

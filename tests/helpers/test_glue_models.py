@@ -12,6 +12,8 @@ from tests.helpers.dispatch_counts import OpCounter
 from tests.helpers.migrated_models import migrated_models
 from tests.helpers.support import GLUE, KERNELS
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("transformers")
 
 # (emission, model); backend aot_eager (dynamo and AOT autograd's tracing; "eager" is its first half).

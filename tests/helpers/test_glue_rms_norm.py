@@ -57,6 +57,7 @@ def test_guard_accepts_mixed_dtypes_only_when_asked(glue):
     assert not glue.rms_norm_fits(torch.randn(2, 8).half(), None, mixed_dtype=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_result_has_the_originals_dtype(glue, monkeypatch, dtype):
     monkeypatch.setattr(glue.torch_npu, "npu_rms_norm", documented_npu_rms_norm)
@@ -70,6 +71,7 @@ def test_result_has_the_originals_dtype(glue, monkeypatch, dtype):
     torch.testing.assert_close(kept, want.to(dtype), **tolerance(API, dtype))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_mixed_dtypes_on_the_emulated_kernel(glue, mixed_kernel, dtype):
     x, weight = torch.randn(2, 5, 8).to(dtype), torch.rand(8) + 0.5
@@ -91,6 +93,7 @@ class Block(nn.Module):
         return llama_rms_norm(h, self.weight)
 
 
+@pytest.mark.slow
 def test_fused_under_autocast(glue, mixed_kernel, spy):
     torch.manual_seed(0)
     original = Block()

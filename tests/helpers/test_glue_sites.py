@@ -107,6 +107,7 @@ def test_the_switch_is_read_from_the_environment(monkeypatch):
     assert module.SITES == "log"
 
 
+@pytest.mark.slow
 def test_under_torch_compile_guards_trace_without_a_graph_break_and_record_nothing(fresh):
     x, w = torch.randn(2, 3, 8), torch.ones(8)
 

@@ -15,6 +15,8 @@ from npu_migrate.migrate.parity.training import OPTIMIZERS, loss
 from tests.helpers.migrated_models import migrated_models
 from tests.helpers.support import assert_parity
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("transformers")
 
 MODELS = ["demo", "nanogpt", "llama", "mixtral"]

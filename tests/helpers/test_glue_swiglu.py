@@ -44,6 +44,7 @@ def tokens(dtype=torch.float32, shape=(2, 5), seed=1):
     return torch.randn(*shape, DIM, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
 def test_one_copy_of_the_activations_per_call_no_weight_copy(glue, spy, dtype, bias):
@@ -72,6 +73,7 @@ def test_gradients_reach_the_original_parameters(glue, spy, bias):
         torch.testing.assert_close(grads[1][name], grads[0][name], msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.slow
 def test_training_under_autocast(glue, spy):
     original, migrated = pair(glue, bias=True)
     x = tokens()
@@ -113,6 +115,7 @@ def _changed(model, change, step):
         model.up.weight.set_(torch.randn(HIDDEN, DIM))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["in_place", "data_in_place", "foreach", "load_state_dict", "new_parameter", "tied",
                                     "to_dtype", "data_replaced", "set_"])
 def test_result_follows_the_parameters_through_every_change(glue, spy, change):
@@ -128,6 +131,7 @@ def test_result_follows_the_parameters_through_every_change(glue, spy, change):
     assert spy["npu_swiglu"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{"foreach": True}, {"fused": True}, {"foreach": False}])
 def test_adamw_steps_keep_the_result(glue, spy, options):
     """The issue's report: AdamW(fused=True) moves no version counter; 4 steps, then compare."""
@@ -242,6 +246,7 @@ def test_hooks_see_the_call_and_the_product_fuses(glue, spy):
     assert spy["npu_swiglu"] == 1 and seen == [(2, 5, HIDDEN)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compiled_swiglu_linear_trains_like_the_original(glue, backend):
     original, migrated = pair(glue, bias=True)

@@ -159,6 +159,7 @@ def rope_table(s, d, scale=1.0):
     return angles.cos() * scale, angles.sin() * scale
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [1.0, 1.5])  # 1.5: e.g. Hugging Face's attention_scaling
 def test_rotary_tables_are_not_checked(glue, scale):
     """The kernel computes x * r1 + rotate(x) * r2 for any table values: no sync, scaled tables fuse."""
@@ -172,6 +173,7 @@ def test_rotary_tables_are_not_checked(glue, scale):
     torch.testing.assert_close(got, want, **tolerance("pattern.rotary.half", torch.float32))
 
 
+@pytest.mark.slow
 def test_pair_tables_are_widened_from_their_current_values(glue):
     """A torchtune-style packed [cos | sin] cache buffer written through ``.data`` between calls."""
     s, d = 16, 8
@@ -192,6 +194,7 @@ def test_pair_tables_are_widened_from_their_current_values(glue):
         cache.data.mul_(0.5).add_(step)  # values outside [-1, 1] too
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_under_compile_unproven_values_take_the_original_path(glue, backend):
     torch._dynamo.reset()
@@ -210,6 +213,7 @@ def test_under_compile_unproven_values_take_the_original_path(glue, backend):
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_under_compile_masks_without_value_conditions_fuse(glue, backend):
     """A bool SDPA mask and is_causal need no value check: the compiled graph holds the fused kernel."""

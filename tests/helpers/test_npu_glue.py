@@ -20,6 +20,7 @@ def tolerance(dtype):
     return table_tolerance(API, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("sq,skv", [(5, 5), (3, 7), (7, 3)])
 def test_sdpa_causal_is_top_left(glue, calls, dtype, sq, skv):
@@ -29,6 +30,7 @@ def test_sdpa_causal_is_top_left(glue, calls, dtype, sq, skv):
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True), **tolerance(dtype))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sdpa_bool_mask_is_inverted_and_gqa_native(glue, calls, dtype):
     q, k, v = qkv(nq=4, nkv=2, sq=4, skv=6, dtype=dtype)
@@ -46,6 +48,7 @@ def repeat_kv(t, groups):
     return t[:, :, None].expand(b, n, groups, s, d).reshape(b, n * groups, s, d)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gqa_kv_heads_reach_the_kernel_unrepeated(glue, spy, dtype):
     """The helper side of native GQA: can_fuse and npu_mask take K/V with fewer heads, and the kernel
@@ -63,6 +66,7 @@ def test_gqa_kv_heads_reach_the_kernel_unrepeated(glue, spy, dtype):
     assert not glue.can_fuse(*qkv(nq=6, nkv=4))  # 4 KV heads do not divide 6 query heads
 
 
+@pytest.mark.slow
 def test_sdpa_padding_mask_broadcasts(glue, calls):
     q, k, v = qkv(sq=3, skv=5)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
@@ -70,6 +74,7 @@ def test_sdpa_padding_mask_broadcasts(glue, calls):
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_sdpa_additive_mask(glue, calls):
     q, k, v = qkv(sq=4, skv=4)
     mask = torch.zeros(4, 4).masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)

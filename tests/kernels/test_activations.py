@@ -7,7 +7,7 @@ import npu_migrate.kernels.activations as act
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.activations import fast_gelu, npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 
 class LlamaMLP(nn.Module):
@@ -23,6 +23,7 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_replaces_llama_mlp(dtype):
     torch.manual_seed(0)
@@ -31,7 +32,7 @@ def test_swiglu_replaces_llama_mlp(dtype):
     with torch.no_grad():
         gate_up = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))  # gate FIRST
         fused = mlp.down_proj(npu_swiglu(gate_up, dim=-1))
-        assert_close(fused, mlp(x))
+        assert_close(fused, mlp(x), "npu_swiglu")
         swapped = mlp.down_proj(npu_swiglu(F.linear(x, torch.cat([mlp.up_proj.weight, mlp.gate_proj.weight]))))
         assert not torch.allclose(swapped.float(), fused.float(), atol=1e-2)
 
@@ -88,7 +89,7 @@ def test_swiglu_matches_golden(dtype, dim):
     x = torch.randn(2, 32, 6, 6).to(dtype)
     out = npu_swiglu(x, dim=dim)
     assert out.dtype == dtype and out.shape[dim] == x.shape[dim] // 2
-    assert_close(out, golden.swiglu(x, dim))
+    assert_close(out, golden.swiglu(x, dim), "npu_swiglu")
 
 
 def tanh_gelu(x):
@@ -102,8 +103,8 @@ def test_geglu_default_activates_right_half_with_tanh(dtype):
     a, b = x.float().chunk(2, -1)
     out, gelu_half = npu_geglu(x)
     assert out.shape == gelu_half.shape == (3, 8) and out.dtype == gelu_half.dtype == dtype
-    assert_close(out, (a * tanh_gelu(b)).to(dtype))
-    assert_close(gelu_half, tanh_gelu(b).to(dtype))
+    assert_close(out, (a * tanh_gelu(b)).to(dtype), "npu_geglu")
+    assert_close(gelu_half, tanh_gelu(b).to(dtype), "npu_geglu")
 
 
 def test_geglu_activate_left_and_erf():
@@ -138,7 +139,7 @@ def test_geglu_gradients_match_reference():
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu(dtype, approximate):
     x = torch.randn(5, 7).to(dtype)
-    assert_close(npu_gelu(x, approximate=approximate), F.gelu(x.float(), approximate=approximate).to(dtype))
+    assert_close(npu_gelu(x, approximate=approximate), F.gelu(x.float(), approximate=approximate).to(dtype), "npu_gelu")
 
 
 def test_gelu_keyword_only_and_modes():
@@ -153,8 +154,8 @@ def test_gelu_keyword_only_and_modes():
 def test_fast_gelu_is_sigmoid_approximation(dtype):
     x = torch.linspace(-4, 4, 101).to(dtype)
     expected = (x.float() / (1 + torch.exp(-1.702 * x.float()))).to(dtype)
-    assert_close(npu_fast_gelu(x), expected)
-    assert_close(fast_gelu(x), expected)
+    assert_close(npu_fast_gelu(x), expected, "npu_fast_gelu")
+    assert_close(fast_gelu(x), expected, "npu_fast_gelu")
     # the trap: it is not GELU
     assert (npu_fast_gelu(x.float()) - F.gelu(x.float())).abs().max() > 1e-2
 

@@ -16,6 +16,8 @@ import torch
 from npu_migrate import kernels
 from tests.kernels.attention_ref import compressed
 
+pytestmark = pytest.mark.slow
+
 B, S, H, N = 2, 16, 32, 2
 
 

@@ -155,6 +155,7 @@ def test_rejects_unknown_or_missing_backings():
             kernels.activate("cuda")
 
 
+@pytest.mark.slow
 def test_real_torch_npu_wins(tmp_path):
     """A real torch_npu (a dummy package here) is left in place: emulate() changes nothing."""
     package = tmp_path / "torch_npu"

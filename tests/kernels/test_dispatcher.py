@@ -50,6 +50,7 @@ def test_op_is_defined_with_its_real_schema(name):
     assert getattr(torch_npu, name) is getattr(torch.ops.npu, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_opcheck(name):
     args, kwargs = SAMPLES[name]()
@@ -214,6 +215,7 @@ def _run(script: str, tmp_path: Path, fake_torch_npu: bool) -> list:
     return result.stdout.split()
 
 
+@pytest.mark.slow
 def test_an_importable_torch_npu_gets_no_emulated_ops(tmp_path):
     script = """
         import warnings, torch
@@ -225,6 +227,7 @@ def test_an_importable_torch_npu_gets_no_emulated_ops(tmp_path):
     assert _run(script, tmp_path, fake_torch_npu=True) == ["False", "False", "False", "0"]
 
 
+@pytest.mark.slow
 def test_ops_already_in_the_namespace_are_left_alone_and_registration_is_cheap(tmp_path):
     """An op some other library (a real torch_npu) defined first keeps its kernel. The first
     activation imports the kernels and registers the ops (seconds at most); later ones reuse them."""

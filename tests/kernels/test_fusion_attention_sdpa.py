@@ -16,7 +16,7 @@ from tests.kernels.attention_ref import (
     INT_MAX, band, compressed, cumulative, from_layout, reference, softmax_stats, tnd, to_layout,
 )
 from tests.kernels.test_fusion_attention import GRAD_TOL, NKV, NQ, SCALE, SKV, SQ, close, qkv
-from tests.kernels.tolerances import TOL
+from tests.tolerances import tolerance
 
 
 @pytest.fixture
@@ -71,6 +71,7 @@ def _mask(kind, sq, skv):
     return mask.to(torch.uint8) if kind == "SS-uint8" else mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(MAPPED))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_mapped_calls_take_the_fast_path_and_agree(case, dtype, taken, monkeypatch):
@@ -87,12 +88,13 @@ def test_mapped_calls_take_the_fast_path_and_agree(case, dtype, taken, monkeypat
     close(fast[0], slow[0].double(), dtype)
     row_max, row_sum = softmax_stats(q, k, scale=SCALE, mask=ref_mask)
     # float32 statistics of inputs in dtype: the fused kernel rounds intermediates to dtype, as the references do
-    torch.testing.assert_close(lse(fast), row_max + row_sum.log(), **TOL[dtype])
-    torch.testing.assert_close(lse(slow), row_max + row_sum.log(), **TOL[dtype])
+    torch.testing.assert_close(lse(fast), row_max + row_sum.log(), **tolerance("npu_fusion_attention", dtype))
+    torch.testing.assert_close(lse(slow), row_max + row_sum.log(), **tolerance("npu_fusion_attention", dtype))
     assert torch.equal(fast[2], torch.ones_like(fast[2]))  # log-sum-exp form: max = lse, sum = 1
     assert fast[3].shape == (0,) and fast[4:] == (0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["BSH", "SBH", "BSND", "BNSD"])
 def test_layouts_and_gqa(layout, taken, monkeypatch):
     q, k, v = qkv()
@@ -102,7 +104,7 @@ def test_layouts_and_gqa(layout, taken, monkeypatch):
     assert fast.shape == args[0].shape
     close(from_layout(fast, layout, NQ), reference(q, k, v, scale=SCALE, mask=band(SQ, SKV, INT_MAX, 0)))
     torch.testing.assert_close(fast, blocked(monkeypatch, *args, atten_mask=compressed(), sparse_mode=2, scale=SCALE)[0],
-                               **TOL[torch.float32])
+                               **tolerance("npu_fusion_attention", torch.float32))
 
 
 def _dead_row_mask():
@@ -123,6 +125,7 @@ NOT_MAPPED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(NOT_MAPPED))
 def test_other_calls_keep_the_blocked_path(case, taken, monkeypatch):
     shape, kwargs = NOT_MAPPED[case]
@@ -156,6 +159,7 @@ def _grads(fn, q, k, v, dy):
     return torch.autograd.grad(out, (q, k, v), dy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sparse_mode", [0, 2])
 def test_gradients_through_the_grad_op_from_log_sum_exp_statistics(sparse_mode, taken, monkeypatch):
     """torch.ops.npu.npu_fusion_attention saves the fast path's statistics for
@@ -191,6 +195,7 @@ def test_direct_call_is_differentiable(taken):
 
 # ----------------------------------------------------------------------------- memory
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="peak RSS reset needs Linux /proc/self/clear_refs")
 @pytest.mark.parametrize("causal", [False, True])
 def test_peak_memory_is_linear_in_sequence_length(causal, taken):

@@ -17,7 +17,7 @@ from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autous
     INT_MAX, band, compressed, cumulative, reference, small_blocks, softmax_stats, tnd,
 )
 from tests.kernels.test_fusion_attention import D, NKV, NQ, SCALE, _check_grads, close
-from tests.kernels.tolerances import TOL
+from tests.tolerances import tolerance
 
 
 def varlen(q_lens, kv_lens, seed=5, dtype=torch.float32, nq=NQ, nkv=NKV, d=D):
@@ -97,7 +97,7 @@ def test_upstream_tnd_case_with_tnd_softmax_layout():
     want = torch.autograd.grad(ref, [t for xs in leaves for t in xs], grad.double())
     n = len(q_lens)
     for g, w in zip(got, (tnd(want[:n]), tnd(want[n:2 * n]), tnd(want[2 * n:]))):
-        torch.testing.assert_close(g.double(), w, **TOL[torch.float16])
+        torch.testing.assert_close(g.double(), w, **tolerance("npu_fusion_attention", torch.float16))
 
 
 def test_tnd_softmax_statistics_default_to_ntd():

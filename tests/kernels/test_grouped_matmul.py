@@ -4,7 +4,7 @@ import torch.nn as nn
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 K, N = 16, 12
 
@@ -22,7 +22,7 @@ def test_list_of_groups_matches_linear_loop(dtype):
         out = npu_grouped_matmul(xs, [l.weight.t() for l in layers], bias=[l.bias for l in layers])
         assert isinstance(out, list) and len(out) == 3
         for y, x, layer in zip(out, xs, layers):
-            assert_close(y, layer(x))
+            assert_close(y, layer(x), "npu_grouped_matmul")
 
 
 def test_linear_layout_weight_is_refused():

@@ -18,7 +18,7 @@ from npu_migrate.kernels.infer_attention import (
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     INT_MAX, band, compressed, from_layout, reference, small_blocks, to_layout,
 )
-from tests.kernels.tolerances import TOL
+from tests.tolerances import tolerance
 
 B, N, NKV, SQ, SKV, D = 2, 4, 2, 19, 29, 16
 SCALE = 1 / math.sqrt(D)
@@ -31,8 +31,8 @@ def qkv(dtype=HALF, sq=SQ, skv=SKV, nkv=NKV, d=D, b=B):
             torch.randn(b, nkv, skv, d, generator=gen).to(dtype))
 
 
-def close(out, ref, dtype=HALF):
-    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+def close(out, ref, dtype=HALF, *, op):
+    torch.testing.assert_close(out.double(), ref, **tolerance(op, dtype))
 
 
 def lay(t, layout):
@@ -51,7 +51,7 @@ def test_pfa_layouts_gqa(layout, dtype):
                                      input_layout=layout)
     out_layout = "BSND" if layout == "BNSD_BSND" else layout
     assert out.dtype == dtype and out.shape == to_layout(q, out_layout).shape
-    close(from_layout(out, out_layout, N), reference(q, k, v, scale=SCALE, mask=mask), dtype)
+    close(from_layout(out, out_layout, N), reference(q, k, v, scale=SCALE, mask=mask), dtype, op="npu_prompt_flash_attention")
 
 
 def test_pfa_default_next_tokens_zero_makes_a_mask_causal():
@@ -60,10 +60,10 @@ def test_pfa_default_next_tokens_zero_makes_a_mask_causal():
     padding[:, -3:] = True
     out = npu_prompt_flash_attention(q, k, v, atten_mask=padding, num_heads=N, num_key_value_heads=NKV,
                                      scale_value=SCALE, input_layout="BNSD")
-    close(out, reference(q, k, v, scale=SCALE, mask=padding | band(SQ, SKV, INT_MAX, 0)))
+    close(out, reference(q, k, v, scale=SCALE, mask=padding | band(SQ, SKV, INT_MAX, 0)), op="npu_prompt_flash_attention")
     no_mask = npu_prompt_flash_attention(q, k, v, num_heads=N, num_key_value_heads=NKV, scale_value=SCALE,
                                          input_layout="BNSD")
-    close(no_mask, reference(q, k, v, scale=SCALE))  # without a mask, pre/next are ignored
+    close(no_mask, reference(q, k, v, scale=SCALE), op="npu_prompt_flash_attention")  # without a mask, pre/next are ignored
 
 
 @pytest.mark.parametrize("mode", [2, 3, 4])
@@ -73,7 +73,7 @@ def test_pfa_compressed_sparse_modes(mode):
     out = npu_prompt_flash_attention(q, k, v, atten_mask=compressed(), num_heads=N, num_key_value_heads=NKV,
                                      scale_value=SCALE, input_layout="BNSD", sparse_mode=mode, pre_tokens=4,
                                      next_tokens=2)
-    close(out, reference(q, k, v, scale=SCALE, mask=expected))
+    close(out, reference(q, k, v, scale=SCALE, mask=expected), op="npu_prompt_flash_attention")
 
 
 def test_pfa_pse_shift_is_added_after_the_scale():
@@ -81,7 +81,7 @@ def test_pfa_pse_shift_is_added_after_the_scale():
     pse = torch.randn(1, N, SQ, SKV, generator=torch.Generator().manual_seed(2)).to(HALF)
     out = npu_prompt_flash_attention(q, k, v, pse_shift=pse, num_heads=N, num_key_value_heads=NKV,
                                      scale_value=SCALE, input_layout="BNSD")
-    close(out, reference(q, k, v, scale=SCALE, pse=pse, pse_scaled=False))
+    close(out, reference(q, k, v, scale=SCALE, pse=pse, pse_scaled=False), op="npu_prompt_flash_attention")
 
 
 def test_pfa_actual_lengths_are_per_batch_and_anchor_causal():
@@ -93,7 +93,7 @@ def test_pfa_actual_lengths_are_per_batch_and_anchor_causal():
     for b, (sq, skv) in enumerate(zip(q_lens, kv_lens)):
         ref = reference(q[b:b + 1, :, :sq], k[b:b + 1, :, :skv], v[b:b + 1, :, :skv], scale=SCALE,
                         mask=band(sq, skv, INT_MAX, 0, True))
-        close(out[b:b + 1, :, :sq], ref)
+        close(out[b:b + 1, :, :sq], ref, op="npu_prompt_flash_attention")
         assert out[b, :, sq:].abs().max() == 0 if sq < SQ else True
 
 
@@ -128,7 +128,7 @@ def test_ifa_decode_with_lengths_and_mask(layout):
     out = from_layout(out, layout, N)
     for b, skv in enumerate(lengths):
         ref = reference(q[b:b + 1], k[b:b + 1, :, :skv], v[b:b + 1, :, :skv], scale=SCALE, mask=mask[b, :skv])
-        close(out[b:b + 1], ref)
+        close(out[b:b + 1], ref, op="npu_incre_flash_attention")
 
 
 def test_ifa_paged_kv_equals_contiguous():
@@ -148,7 +148,7 @@ def test_fia_prefill_defaults_and_lse():
     mask = torch.rand(SQ, SKV, generator=torch.Generator().manual_seed(5)) < 0.3
     out, lse = npu_fused_infer_attention_score(q, k, v, atten_mask=mask, num_heads=N, num_key_value_heads=NKV,
                                                scale=SCALE, input_layout="BNSD", softmax_lse_flag=True)
-    close(out, reference(q, k, v, scale=SCALE, mask=mask))  # next_tokens defaults to INT_MAX: not causal
+    close(out, reference(q, k, v, scale=SCALE, mask=mask), op="npu_fused_infer_attention_score")  # next_tokens defaults to INT_MAX: not causal
     logits = (SCALE * q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)).masked_fill(mask, -math.inf)
     assert lse.shape == (B, N, SQ, 1) and lse.dtype == torch.float32
     # lse = max + log(sum) with the sum of Skv exps accumulated in float32 over blocks (vs float64 here)
@@ -164,7 +164,7 @@ def test_fia_decode(layout):
     out, _ = npu_fused_infer_attention_score(lay(q, layout), lay(k, layout), lay(v, layout), atten_mask=mask,
                                              num_heads=N, num_key_value_heads=NKV, scale=SCALE, input_layout=layout)
     out_layout = "BSND" if layout == "BNSD_BSND" else layout
-    close(from_layout(out, out_layout, N), reference(q, k, v, scale=SCALE, mask=mask[:, None, None]), torch.bfloat16)
+    close(from_layout(out, out_layout, N), reference(q, k, v, scale=SCALE, mask=mask[:, None, None]), torch.bfloat16, op="npu_fused_infer_attention_score")
 
 
 def test_fia_paged_prefill_equals_contiguous():
@@ -176,7 +176,7 @@ def test_fia_paged_prefill_equals_contiguous():
     contiguous, _ = npu_fused_infer_attention_score(to_layout(q, "BSH"), to_layout(k, "BSH"), to_layout(v, "BSH"), **common)
     torch.testing.assert_close(paged, contiguous, atol=0, rtol=0)
     ref = reference(q[1:], k[1:, :, :170], v[1:, :, :170], scale=SCALE, mask=band(5, 170, INT_MAX, 0, True))
-    close(from_layout(paged, "BSH", N)[1:], ref)
+    close(from_layout(paged, "BSH", N)[1:], ref, op="npu_fused_infer_attention_score")
 
 
 @pytest.mark.parametrize("inner_precise,dead_rows", [(0, "mean"), (2, "zero")])
@@ -186,7 +186,7 @@ def test_fia_invalid_row_correction(inner_precise, dead_rows):
                                              num_key_value_heads=NKV, scale=SCALE, input_layout="BNSD",
                                              inner_precise=inner_precise)
     assert not out.isnan().any()
-    close(out, reference(q, k, v, scale=SCALE, mask=band(SKV, SQ, INT_MAX, 0, True), dead_rows=dead_rows))
+    close(out, reference(q, k, v, scale=SCALE, mask=band(SKV, SQ, INT_MAX, 0, True), dead_rows=dead_rows), op="npu_fused_infer_attention_score")
 
 
 # ----------------------------------------------------------------------------- errors

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.layer_norm import npu_add_layer_norm, npu_layer_norm_eval
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 H = 32
 
@@ -27,9 +27,9 @@ def test_layer_norm_eval_matches_nn_layer_norm(dtype):
     x = torch.randn(2, 5, H).to(dtype)
     w, b = params(dtype)
     with torch.no_grad():
-        assert_close(npu_layer_norm_eval(x, [H], w, b, eps=1e-5), hf_layer_norm(x, w, b, 1e-5))
+        assert_close(npu_layer_norm_eval(x, [H], w, b, eps=1e-5), hf_layer_norm(x, w, b, 1e-5), "npu_layer_norm_eval")
         ref = torch.nn.functional.layer_norm(x.float(), (H,)).to(dtype)
-        assert_close(npu_layer_norm_eval(x, [H]), ref)
+        assert_close(npu_layer_norm_eval(x, [H]), ref, "npu_layer_norm_eval")
 
 
 def test_layer_norm_eval_constraints():
@@ -47,8 +47,8 @@ def test_add_layer_norm_outputs(dtype):
     with torch.no_grad():
         y, mean, rstd, x = npu_add_layer_norm(x1, x2, w, b, 1e-5, additional_output=True)
         residual = x1 + x2
-        assert_close(y, hf_layer_norm(residual, w, b, 1e-5))
-    assert_close(x, residual)
+        assert_close(y, hf_layer_norm(residual, w, b, 1e-5), "npu_add_layer_norm")
+    assert_close(x, residual, "npu_add_layer_norm")
     for stat in (mean, rstd):
         assert stat.dtype == torch.float32 and stat.shape == (2, 5, 1)
     s = x1.float() + x2.float()
@@ -68,7 +68,7 @@ def test_add_layer_norm_fp32_weights_with_bf16_x():
     w, b = params(torch.float32)
     y = npu_add_layer_norm(x1, x2, w, b)[0]
     ref = torch.nn.functional.layer_norm((x1.float() + x2.float()), (H,), w, b, 1e-5).bfloat16()
-    assert_close(y, ref)
+    assert_close(y, ref, "npu_add_layer_norm")
 
 
 def test_add_layer_norm_gradients_match_reference():

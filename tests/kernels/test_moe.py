@@ -6,7 +6,7 @@ from npu_migrate.kernels.grouped_matmul import npu_grouped_matmul
 from npu_migrate.kernels.moe import npu_moe_finalize_routing, npu_moe_init_routing
 from npu_migrate.kernels.moe_gating import npu_moe_gating_top_k_softmax
 from tests.kernels.test_moe_gating import mixtral_router
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 NUM_ROWS, E, K, H = 6, 8, 2, 16
 
@@ -60,7 +60,7 @@ def test_finalize_routing_formula(dtype):
         for j in range(K):
             ref[i] += scales[i, j].float() * (rows[src_to_dst[i + j * NUM_ROWS]].float() + bias[experts[i, j]].float())
     assert out.shape == (NUM_ROWS, H)
-    assert_close(out, ref.to(dtype))
+    assert_close(out, ref.to(dtype), "npu_moe_finalize_routing")
 
 
 def test_finalize_routing_without_optional_inputs():

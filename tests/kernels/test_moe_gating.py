@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.moe_gating import npu_moe_gating_top_k, npu_moe_gating_top_k_softmax, npu_moe_gating_top_k_softmax_v2
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 NUM_ROWS, E, K = 6, 8, 2
 
@@ -35,7 +35,7 @@ def test_gating_matches_router_without_renormalisation(dtype):
     ref_w, ref_idx = mixtral_router(logits, K)
     assert y.dtype == dtype and expert_idx.dtype == row_idx.dtype == torch.int32
     assert y.shape == expert_idx.shape == row_idx.shape == (NUM_ROWS, K)
-    assert_close(y, ref_w.to(dtype))
+    assert_close(y, ref_w.to(dtype), "npu_moe_gating_top_k_softmax")
     assert torch.equal(expert_idx, ref_idx.int())
     assert (y.float().sum(-1) < 0.999).all(), "weights must not be renormalised"
 
@@ -62,6 +62,7 @@ def test_ties_keep_the_lower_expert_first():
         assert op(logits)[1].tolist() == [[1, 2, 4, 5]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, k, experts, dtype", [
     (n, k, col, dtype) for (n, k, col), dtype in itertools.product(
         [(10, 2, 200), (430, 4, 1256), (520, 9, 5120), (10, 5, 5120)], [torch.float16, torch.float32])])
@@ -70,10 +71,11 @@ def test_gating_matches_golden_on_upstream_shapes(rows, k, experts, dtype):
     finished = torch.rand(rows, generator=torch.Generator().manual_seed(1)) < 0.5
     y, expert_idx, row_idx = npu_moe_gating_top_k_softmax(x, finished, k)
     ref_y, ref_idx, ref_row = golden.gating_top_k_softmax(x, finished, k)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k_softmax")
     assert torch.equal(expert_idx, ref_idx) and torch.equal(row_idx, ref_row)
 
 
+@pytest.mark.slow
 def test_float16_upstream_inputs_do_tie():
     """The case the stable order is for: float16 logits over thousands of experts repeat values."""
     x = upstream_logits((520, 5120), torch.float16)
@@ -103,6 +105,7 @@ def test_softmax_gating_has_no_backward():
 
 # --- npu_moe_gating_top_k_softmax_v2 ----------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("renorm, output_softmax", [(0, False), (0, True), (1, False), (1, True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_v2_matches_golden(renorm, output_softmax, dtype):
@@ -111,7 +114,7 @@ def test_v2_matches_golden(renorm, output_softmax, dtype):
     y, expert_idx, softmax_result = npu_moe_gating_top_k_softmax_v2(
         x, k=5, finished=finished, renorm=renorm, output_softmax=output_softmax)
     ref_y, ref_idx, ref_softmax = golden.gating_top_k_softmax_v2(x, 5, finished, renorm, output_softmax)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k_softmax_v2")
     assert torch.equal(expert_idx, ref_idx)
     assert softmax_result.dtype == torch.float32 and softmax_result.shape == ref_softmax.shape
     torch.testing.assert_close(softmax_result, ref_softmax)
@@ -133,6 +136,7 @@ def test_v2_rejects_unknown_renorm():
 
 # --- npu_moe_gating_top_k ---------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, dtype, k", golden.UPSTREAM_GROUPED_TOP_K)
 def test_grouped_top_k_matches_golden_on_upstream_cases(rows, dtype, k):
     x = upstream_logits((rows, 256), dtype, seed=4, low=-2, high=2)
@@ -142,7 +146,7 @@ def test_grouped_top_k_matches_golden_on_upstream_cases(rows, dtype, k):
     ref_y, ref_idx, _ = golden.gating_top_k(x, k, **kwargs)
     assert y.dtype == dtype and expert_idx.dtype == torch.int32 and y.shape == expert_idx.shape == (rows, k)
     assert torch.equal(expert_idx, ref_idx)
-    assert_close(y, ref_y)
+    assert_close(y, ref_y, "npu_moe_gating_top_k")
     assert norm_out.dtype == torch.float32 and norm_out.shape == (rows, 256) and norm_out.isnan().all()
 
 

@@ -4,7 +4,7 @@ import torch
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.rotary import npu_apply_rotary_pos_emb, npu_rotary_mul
 from tests.kernels import golden
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 B, N, S, D = 2, 3, 5, 64
 
@@ -49,15 +49,15 @@ def test_half_matches_hf_bnsd(dtype):
     q, k = rand(B, N, S, D, dtype=dtype), rand(B, N, S, D, dtype=dtype)
     cos, sin, _ = hf_cos_sin(B, S, D, dtype)
     ref_q, ref_k = hf_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-    assert_close(npu_rotary_mul(q, cos.unsqueeze(1), sin.unsqueeze(1)), ref_q)
-    assert_close(npu_rotary_mul(k, cos[:1].unsqueeze(1), sin[:1].unsqueeze(1)), ref_k)  # 11SD broadcast
+    assert_close(npu_rotary_mul(q, cos.unsqueeze(1), sin.unsqueeze(1)), ref_q, "npu_rotary_mul")
+    assert_close(npu_rotary_mul(k, cos[:1].unsqueeze(1), sin[:1].unsqueeze(1)), ref_k, "npu_rotary_mul")  # 11SD broadcast
 
 
 def test_half_bsnd_layout():
     q = rand(B, S, N, D)
     cos, sin, _ = hf_cos_sin(B, S, D, torch.float32)
     ref = hf_apply_rotary_pos_emb(q, q, cos, sin, unsqueeze_dim=2)[0]
-    assert_close(npu_rotary_mul(q, cos.unsqueeze(2), sin.unsqueeze(2)), ref)
+    assert_close(npu_rotary_mul(q, cos.unsqueeze(2), sin.unsqueeze(2)), ref, "npu_rotary_mul")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -67,7 +67,7 @@ def test_interleave_matches_meta_complex_form(dtype):
     cos = freqs.cos().repeat_interleave(2, dim=-1)[:, None].to(dtype)  # 11SD, pairs share an angle
     sin = freqs.sin().repeat_interleave(2, dim=-1)[:, None].to(dtype)
     out = npu_rotary_mul(x, cos, sin, rotary_mode="interleave")
-    assert_close(out, meta_rotary(x, freqs[:, None]).to(dtype))
+    assert_close(out, meta_rotary(x, freqs[:, None]).to(dtype), "npu_rotary_mul")
 
 
 def test_half_and_interleave_give_different_numbers():
@@ -86,7 +86,7 @@ def test_rotate_matrix_equivalent_to_half():
     rot[torch.arange(h) + h, torch.arange(h)] = -1.0  # out[j] = -x[j + h]
     rot[torch.arange(h), torch.arange(h) + h] = 1.0   # out[j + h] = x[j]
     assert_close(npu_rotary_mul(x, cos[:, None], sin[:, None], rotate=rot),
-                 npu_rotary_mul(x, cos[:, None], sin[:, None]))
+                 npu_rotary_mul(x, cos[:, None], sin[:, None]), "npu_rotary_mul")
     with pytest.raises(NpuOpError, match="no backward"):
         npu_rotary_mul(x.requires_grad_(), cos[:, None], sin[:, None], rotate=rot)
 
@@ -123,6 +123,7 @@ def uniform(shape, dtype, seed):
     return torch.rand(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("mode, x_shape, r_shape", [("half", *c) for c in golden.UPSTREAM_ROTARY_HALF]
                          + [("interleave", *c) for c in golden.UPSTREAM_ROTARY_INTERLEAVE])
@@ -132,7 +133,7 @@ def test_rotary_mul_matches_golden_on_upstream_shapes(mode, x_shape, r_shape, dt
     x, r1, r2 = uniform(x_shape, dtype, 0), uniform(r_shape, dtype, 1), uniform(r_shape, dtype, 2)
     out = npu_rotary_mul(x, r1, r2, mode)
     assert out.shape == x.shape and out.dtype == dtype
-    assert_close(out, golden.rotary_mul(x.float(), r1.float(), r2.float(), mode).to(dtype))
+    assert_close(out, golden.rotary_mul(x.float(), r1.float(), r2.float(), mode).to(dtype), "npu_rotary_mul")
 
 
 def test_rotary_mul_is_four_dimensional_only():
@@ -163,8 +164,8 @@ def test_apply_rotary_pos_emb_in_place_bsnd(dtype, d):
     q_ptr, k_ptr = q.data_ptr(), k.data_ptr()
     out_q, out_k = npu_apply_rotary_pos_emb(q, k, cos.unsqueeze(2), sin.unsqueeze(2))
     assert out_q is q and out_k is k and q.data_ptr() == q_ptr and k.data_ptr() == k_ptr
-    assert_close(q, ref_q)
-    assert_close(k, ref_k)
+    assert_close(q, ref_q, "npu_apply_rotary_pos_emb")
+    assert_close(k, ref_k, "npu_apply_rotary_pos_emb")
 
 
 def test_apply_rotary_pos_emb_tnd():
@@ -173,8 +174,8 @@ def test_apply_rotary_pos_emb_tnd():
     cos, sin, _ = hf_cos_sin(1, t, 128, torch.float32)
     ref_q, ref_k = hf_apply_rotary_pos_emb(q.clone(), k.clone(), cos[0], sin[0], unsqueeze_dim=1)
     npu_apply_rotary_pos_emb(q, k, cos[0].unsqueeze(1), sin[0].unsqueeze(1), layout="TND")
-    assert_close(q, ref_q)
-    assert_close(k, ref_k)
+    assert_close(q, ref_q, "npu_apply_rotary_pos_emb")
+    assert_close(k, ref_k, "npu_apply_rotary_pos_emb")
 
 
 @pytest.mark.parametrize("kwargs, cos_shape, message", [
@@ -199,11 +200,12 @@ def test_apply_rotary_pos_emb_dtype_and_autograd():
         npu_apply_rotary_pos_emb(q.float().requires_grad_(), k.float(), c, c)
 
 
+@pytest.mark.slow
 def test_apply_rotary_pos_emb_matches_golden_on_the_upstream_case():
     """torch_npu's test: BSND q and k [4, 1024, 16, 128], cos/sin [4, 1024, 1, 128], float16 uniform(0, 1)."""
     q, k = uniform((4, 1024, 16, 128), torch.float16, 3), uniform((4, 1024, 16, 128), torch.float16, 4)
     cos, sin = uniform((4, 1024, 1, 128), torch.float16, 5), uniform((4, 1024, 1, 128), torch.float16, 6)
     want = [golden.rotary_mul(t.float(), cos.float(), sin.float()).half() for t in (q, k)]
     npu_apply_rotary_pos_emb(q, k, cos, sin)
-    assert_close(q, want[0])
-    assert_close(k, want[1])
+    assert_close(q, want[0], "npu_apply_rotary_pos_emb")
+    assert_close(k, want[1], "npu_apply_rotary_pos_emb")

@@ -3,7 +3,7 @@ import torch
 
 from npu_migrate.kernels._checks import NpuOpError
 from npu_migrate.kernels.scaled_masked_softmax import npu_scaled_masked_softmax
-from tests.kernels.tolerances import DTYPES, assert_close
+from tests.tolerances import DTYPES, assert_close
 
 SHAPE = (2, 2, 32, 64)
 
@@ -24,7 +24,7 @@ def test_matches_eager_attention(dtype):
     mask = causal_masked(*SHAPE[-2:])[None, None]
     out = npu_scaled_masked_softmax(x, mask, scale=0.125)
     assert out.dtype == dtype and out.shape == SHAPE
-    assert_close(out, eager_attention_probs(x, ~mask, 0.125).to(dtype))
+    assert_close(out, eager_attention_probs(x, ~mask, 0.125).to(dtype), "npu_scaled_masked_softmax")
 
 
 def test_mask_broadcasts_per_batch():

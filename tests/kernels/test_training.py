@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from npu_migrate import kernels
 
+pytestmark = pytest.mark.slow
+
 STEPS = 3
 BACKINGS = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

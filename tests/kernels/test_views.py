@@ -159,6 +159,7 @@ def test_every_op_is_run_on_views():
     assert {kind for _, _, kind in CASES} == set(views.KINDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_op_on_a_view_gives_its_contiguous_copys_result_or_the_documented_refusal(case):
     name, slot, kind = case
@@ -203,6 +204,7 @@ def _weighted_grads(op, args, kwargs):
     return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direct", [False, True], ids=["dispatcher", "kernel"])
 @pytest.mark.parametrize("case", GRAD_CASES, ids=_case_id)
 def test_gradients_through_a_view_equal_those_through_its_contiguous_copy(case, direct):
@@ -238,6 +240,7 @@ def _all_viewed(name, kind):
     return args, kwargs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["as_strided", "expand"])
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_fake_kernels_agree_with_the_kernels_on_views(name, kind):
@@ -251,6 +254,7 @@ def test_fake_kernels_agree_with_the_kernels_on_views(name, kind):
 REFUSAL_CASES = [c for c in CASES if _documented_refusal(c[0], c[1], views.view(_get(*SAMPLES[c[0]](), c[1]), c[2]))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", REFUSAL_CASES, ids=_case_id)
 def test_tracing_refuses_what_the_kernel_refuses(case):
     name, slot, kind = case

@@ -22,7 +22,7 @@ from tests.kernels import golden, views
 from tests.kernels.attention_ref import (  # noqa: F401 (small_blocks: an autouse fixture)
     band, compressed, cumulative, from_layout, reference, small_blocks, tnd, to_layout,
 )
-from tests.kernels.tolerances import TOL
+from tests.tolerances import tolerance
 
 B, NQ, NKV, SQ, SKV, D = 2, 4, 2, 23, 37, 16
 SCALE = 1 / math.sqrt(D)
@@ -41,8 +41,8 @@ def randn(*shape, seed=0, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-def close(out, ref, dtype=torch.float32):
-    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+def close(out, ref, dtype=torch.float32, *, op):
+    torch.testing.assert_close(out.double(), ref, **tolerance(op, dtype))
 
 
 # ----------------------------------------------------------------------------- npu_fusion_attention
@@ -58,10 +58,10 @@ def test_fusion_attention_on_transposed_bnsd_views(torch_npu, monkeypatch, fast_
                enumerate([(NQ, SQ), (NKV, SKV), (NKV, SKV)]))
     assert q.stride(-1) != 1
     out = torch_npu.npu_fusion_attention(q, k, v, NQ, "BNSD", scale=SCALE)[0]
-    close(out, reference(q, k, v, scale=SCALE), dtype)
+    close(out, reference(q, k, v, scale=SCALE), dtype, op="npu_fusion_attention")
     causal = torch_npu.npu_fusion_attention(q, k, v, NQ, "BNSD", atten_mask=compressed(), sparse_mode=3,
                                             scale=SCALE)[0]
-    close(causal, reference(q, k, v, scale=SCALE, mask=band(SQ, SKV, 2**31 - 1, 0, True), dead_rows="zero"), dtype)
+    close(causal, reference(q, k, v, scale=SCALE, mask=band(SQ, SKV, 2**31 - 1, 0, True), dead_rows="zero"), dtype, op="npu_fusion_attention")
 
 
 @pytest.mark.parametrize("kind", VALUE_KINDS)
@@ -78,7 +78,7 @@ def test_fusion_attention_layouts_on_views(torch_npu, monkeypatch, fast_path, la
     if pse is not None:
         extra["pse"] = views.view(pse, kind)
     out = torch_npu.npu_fusion_attention(*args, NQ, layout, scale=SCALE, **extra)[0]
-    close(from_layout(out, layout, NQ), reference(q, k, v, scale=SCALE, mask=mask, pse=pse))
+    close(from_layout(out, layout, NQ), reference(q, k, v, scale=SCALE, mask=mask, pse=pse), op="npu_fusion_attention")
 
 
 @pytest.mark.parametrize("kind", VALUE_KINDS)
@@ -90,7 +90,7 @@ def test_fusion_attention_varlen_on_views(torch_npu, kind):
     out = torch_npu.npu_fusion_attention(*(views.view(tnd(x), kind) for x in (qs, ks, vs)), NQ, "TND", scale=SCALE,
                                          actual_seq_qlen=cumulative(lengths_q),
                                          actual_seq_kvlen=cumulative(lengths_kv))[0]
-    close(out, tnd([reference(q, k, v, scale=SCALE) for q, k, v in zip(qs, ks, vs)]))
+    close(out, tnd([reference(q, k, v, scale=SCALE) for q, k, v in zip(qs, ks, vs)]), op="npu_fusion_attention")
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["sdpa", "blocked"])
@@ -131,7 +131,7 @@ def test_incre_flash_attention_on_views(torch_npu, kind):
     k, v = randn(B, NKV, SKV, D, seed=1, dtype=half), randn(B, NKV, SKV, D, seed=2, dtype=half)
     out = torch_npu.npu_incre_flash_attention(*(views.view(t, kind) for t in (q, k, v)), num_heads=NQ,
                                               num_key_value_heads=NKV, scale_value=SCALE, input_layout="BNSD")
-    close(out, reference(q, k, v, scale=SCALE), half)
+    close(out, reference(q, k, v, scale=SCALE), half, op="npu_incre_flash_attention")
 
 
 @pytest.mark.parametrize("op", ["npu_prompt_flash_attention", "npu_fused_infer_attention_score"])
@@ -147,7 +147,7 @@ def test_prompt_and_fused_infer_attention_take_contiguous_slices_and_refuse_stri
     assert k.is_contiguous() and k.storage_offset() > 0
     out = getattr(torch_npu, op)(q, k, v, **common)
     out = out[0] if isinstance(out, tuple) else out
-    close(out, reference(q, k, v, scale=SCALE), half)
+    close(out, reference(q, k, v, scale=SCALE), half, op=op)
     with pytest.raises(NpuOpError, match="key must be contiguous"):
         getattr(torch_npu, op)(q, cache_k[:B, :, :SKV], cache_v[:B, :, :SKV], **common)
 
@@ -162,7 +162,7 @@ def test_rotary_mul_on_views(torch_npu, kind, mode):
     angles = randn(1, 5, 1, 16, seed=1)
     cos, sin = angles.cos(), angles.sin()
     out = torch_npu.npu_rotary_mul(views.view(x, kind), views.view(cos, kind), views.view(sin, kind), mode)
-    close(out, golden.rotary_mul(x.double(), cos.double(), sin.double(), mode))
+    close(out, golden.rotary_mul(x.double(), cos.double(), sin.double(), mode), op="npu_rotary_mul")
 
 
 def test_rotary_mul_on_the_halves_of_a_fused_qkv_projection(torch_npu):
@@ -173,7 +173,7 @@ def test_rotary_mul_on_the_halves_of_a_fused_qkv_projection(torch_npu):
         x = qkv[:, :, part]
         assert not x.is_contiguous()
         out = torch_npu.npu_rotary_mul(x, angles.cos(), angles.sin())
-        close(out, golden.rotary_mul(x.double(), angles.cos().double(), angles.sin().double()))
+        close(out, golden.rotary_mul(x.double(), angles.cos().double(), angles.sin().double()), op="npu_rotary_mul")
 
 
 def _rope_reference(x, cos, sin):
@@ -225,11 +225,11 @@ def test_rms_norms_on_views(torch_npu, kind):
     xv, rv = views.view(x, kind), views.view(residual, kind)
     y, rstd = torch_npu.npu_rms_norm(xv, gamma)
     want_y, want_rstd = golden.rms_norm(xv.double(), gamma.double())
-    close(y, want_y)
-    close(rstd, want_rstd.double())
+    close(y, want_y, op="npu_rms_norm")
+    close(rstd, want_rstd.double(), op="npu_rms_norm")
     y, _, summed = torch_npu.npu_add_rms_norm(xv, rv, gamma)
-    close(y, golden.rms_norm(xv.double() + rv.double(), gamma.double())[0])
-    close(summed, xv.double() + rv.double())
+    close(y, golden.rms_norm(xv.double() + rv.double(), gamma.double())[0], op="npu_add_rms_norm")
+    close(summed, xv.double() + rv.double(), op="npu_add_rms_norm")
     if not xv.is_contiguous():  # npu_gemma_rms_norm: "no non-contiguous tensors"
         with pytest.raises(NpuOpError, match="self must be contiguous"):
             torch_npu.npu_gemma_rms_norm(xv, gamma)
@@ -241,12 +241,12 @@ def test_moe_gating_on_views(torch_npu, kind):
     view = views.view(logits, kind)
     got = torch_npu.npu_moe_gating_top_k_softmax(view, None, 4)
     want = golden.gating_top_k_softmax(view, None, 4)
-    close(got[0], want[0].double())
+    close(got[0], want[0].double(), op="npu_moe_gating_top_k_softmax")
     assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
     bias = views.view(randn(16, seed=1), kind)  # None for the kinds a 1-D tensor has no room for
     got = torch_npu.npu_moe_gating_top_k(view, 4, bias=bias, k_group=2, group_count=4, norm_type=1)
     want = golden.gating_top_k(view, 4, bias=bias, k_group=2, group_count=4, norm_type=1)
-    close(got[0], want[0].double())
+    close(got[0], want[0].double(), op="npu_moe_gating_top_k")
     assert torch.equal(got[1], want[1])
 
 
@@ -278,6 +278,7 @@ def test_grouped_matmul_transposition_rules(torch_npu):
 # ----------------------------------------------------------------------------- fused optimizers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", [NpuFusedAdamW, lambda p: NpuFusedSGD(p, lr=0.1, momentum=0.9)],
                          ids=["adamw", "sgd"])
 def test_fused_optimizers_update_non_contiguous_parameters_like_contiguous_ones(optimizer):

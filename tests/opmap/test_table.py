@@ -64,6 +64,7 @@ def test_bad_code(tmp_path):
     assert error.line == 3 and "must look like NPU123" in error.problem
 
 
+@pytest.mark.slow
 def test_user_file_overrides_and_extends_the_builtin_table(tmp_path):
     extra = write(tmp_path, """
         - api: torch.cuda.synchronize

@@ -56,6 +56,7 @@ def test_a_cache_dir_in_path_or_an_output_is_refused(repo, tmp_path, where):
     assert snapshot(repo) == before and not (tmp_path / "out").exists() and not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_a_default_cache_in_path_is_not_used(repo, tmp_path, monkeypatch):
     git_init(repo)
     monkeypatch.setenv("NPU_MIGRATE_CACHE_DIR", str(repo / ".cache" / "npu-migrate"))
@@ -68,6 +69,7 @@ def test_a_default_cache_in_path_is_not_used(repo, tmp_path, monkeypatch):
     assert status.stdout == ""  # the tree is clean again: nothing of the cache was left in it
 
 
+@pytest.mark.slow
 def test_a_new_report_dir_inside_path_is_allowed_and_left_out_of_the_migration(repo, tmp_path):
     """CI keeps its reports in the checkout: ``--report-dir reports`` inside PATH, run after run."""
     for _ in range(2):  # the second run finds the first one's reports there
@@ -154,6 +156,7 @@ def test_a_read_only_out_is_a_config_error(repo, tmp_path):
     assert "Read-only file system" in result.stderr and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_reported_with_what_was_written(tmp_path):
     repo = write_tree(tmp_path / "repo", {f"m{i}.py": CUDA + "# " + "x" * 3000 + "\n" for i in range(40)})
     with _tmpfs(tmp_path / "small", size="48k") as small:
@@ -167,6 +170,7 @@ def test_a_full_disk_is_reported_with_what_was_written(tmp_path):
     assert not left
 
 
+@pytest.mark.slow
 def test_in_place_interrupted_by_a_full_disk_can_be_resumed_and_reverted(tmp_path):
     with _tmpfs(tmp_path / "disk", size="256k") as disk:
         repo = write_tree(disk / "repo", {f"m{i}.py": CUDA + "# " + "x" * 12000 + "\n" for i in range(6)})

@@ -9,7 +9,7 @@ from npu_migrate.migrate import catalogue, diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
 from npu_migrate.migrate.outputs import doc_pages
 from npu_migrate.migrate.outputs.codes import section_of
-from npu_migrate.opmap import load_table
+from tests.snippets import builtin_table
 
 HAND_WRITTEN = ("What it does", "Why", "Fix safety", "Known problems")
 PAGE = """# NPU777: an old heading
@@ -36,11 +36,13 @@ None.
 """
 
 
+@pytest.mark.slow
 def test_every_page_on_disk_is_the_generated_one():
     stale = [path.name for path, (on_disk, wanted) in doc_pages.generated().items() if on_disk != wanted]
     assert not stale, f"doc pages out of date with the code declarations: {stale}; run `{doc_pages.COMMAND}`"
 
 
+@pytest.mark.slow
 def test_the_check_command_names_the_stale_page_and_the_fix(tmp_path, capsys):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -115,7 +117,7 @@ def test_a_tool_code_page_keeps_its_hand_written_example():
 
 
 def test_op_table_keys_are_the_records_with_the_code():
-    table = load_table()
+    table = builtin_table()
     keys = doc_pages.op_table_keys(table)
     for code in ("NPU201", "NPU321", "NPU303", "NPU108"):
         assert set(keys[code]) == {r.api for r in table.records() if r.code == code}, code

@@ -63,6 +63,7 @@ def test_vendored_helpers_are_summarised_and_the_rest_parsed_with_patch_line_num
         parse_patch(broken, vendored=is_helper_file)
 
 
+@pytest.mark.slow
 def test_the_review_page_summarises_the_vendored_helper(tmp_path):
     package = tmp_path / "repo" / "pkg"
     package.mkdir(parents=True)

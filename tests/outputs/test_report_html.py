@@ -17,6 +17,8 @@ from npu_migrate.migrate.outputs import report_html
 from tests.cli.conftest import migrate_demo
 from tests.outputs.test_report_sarif import finding, synthetic_report
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = Path("/usr/bin/chromium")
 # as /work/.library's machine notes say for this closed network: no background connections
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

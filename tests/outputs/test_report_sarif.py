@@ -50,12 +50,14 @@ def demo(tmp_path_factory):
     return migrate_demo(tmp_path_factory.mktemp("sarif"))
 
 
+@pytest.mark.slow
 def test_the_demo_report_is_valid_sarif_2_1_0(demo):
     _, _, reports, _ = demo
     errors = [f"{e.json_path}: {e.message}" for e in _validator().iter_errors(_sarif(reports))]
     assert errors == []
 
 
+@pytest.mark.slow
 def test_a_run_with_file_errors_and_suppressions_is_valid_sarif(tmp_path):
     repo = write_tree(tmp_path / "repo", {"bad.py": "import torch\nx = torch.zeros(.cuda(\n",
                                           "ok.py": "import torch\ny = torch.zeros(2).double()\n"})
@@ -158,6 +160,7 @@ def _fingerprints(reports: Path) -> dict:
             for r in _sarif(reports)["runs"][0]["results"]}
 
 
+@pytest.mark.slow
 def test_fingerprints_survive_lines_moving_and_tell_equal_sites_apart(tmp_path):
     body = "import torch\n\n\ndef f():\n    a = torch.zeros(2).double()\n    b = torch.zeros(2).double()\n" \
            "    a = torch.zeros(2).double()\n"
@@ -179,6 +182,7 @@ def _apply(text: str, replacements) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_a_fix_holds_exactly_its_sites_change(tmp_path):
     original = "import torch\n\nx = torch.zeros(3).cuda()\ny = 1"  # no newline at the end
     repo = write_tree(tmp_path / "repo", {"t.py": original})
@@ -211,6 +215,7 @@ def test_the_fixes_of_the_demo_rebuild_every_rewritten_line(demo):
         assert patched == migrated, path
 
 
+@pytest.mark.slow
 def test_a_path_below_the_top_of_a_git_tree_is_named_from_the_top(tmp_path):
     write_tree(tmp_path / "proj", {"README.md": "x\n", "src/pkg/m.py": "import torch\ny = torch.zeros(2).double()\n"})
     git_init(tmp_path / "proj")
@@ -221,6 +226,7 @@ def test_a_path_below_the_top_of_a_git_tree_is_named_from_the_top(tmp_path):
     assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/pkg/m.py"
 
 
+@pytest.mark.slow
 def test_a_package_in_a_virtualenv_inside_a_clone_is_named_from_its_own_directory(tmp_path):
     """A ``venv/`` in a clone that .gitignore does not list: its packages are not the repository's
     code, so a migrated package pip put there is its own %SRCROOT% (as outside any clone)."""
@@ -235,6 +241,7 @@ def test_a_package_in_a_virtualenv_inside_a_clone_is_named_from_its_own_director
     assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "m.py"
 
 
+@pytest.mark.slow
 def test_more_results_than_github_accepts_drop_the_least_severe(tmp_path):
     findings = [finding(line=i + 1, snippet=f"x{i}") for i in range(10)]
     findings += [finding("NPU201", line=i + 1, action="rewritten", snippet=f"y{i}", safety="safe")
@@ -270,6 +277,7 @@ def test_the_vendored_schema_is_the_published_file():
     assert json.loads(SCHEMA.read_text())["properties"]["version"]["enum"] == ["2.1.0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["llama", "mixtral", "gpt2"])
 def test_reports_on_installed_transformers_models_are_valid(tmp_path, model):
     """Code not written here: a Hugging Face model package, migrated where pip put it (PATH is only read)."""

@@ -54,6 +54,7 @@ def test_inference_mode_judges_the_ops_that_dispatch():
     assert reports[1]["fallback_ops"] == {"aten::digamma.default": 1}
 
 
+@pytest.mark.slow
 def test_higher_order_ops_pass_through_with_their_insides_traced():
     """Eager FlexAttention used to fail in the trace ("no rule registered for HigherOrderOperator")."""
     from torch.nn.attention.flex_attention import flex_attention
@@ -97,6 +98,7 @@ print(trace.to_json())
 """
 
 
+@pytest.mark.slow
 def test_npu_dispatcher_ops_count_as_fused_kernels():
     """torch_npu registers its fused ops in the ``npu`` namespace; once the emulator does too,
     they must count as fused NPU kernels, never as fallbacks. (A subprocess: a test op must not

@@ -20,6 +20,8 @@ from npu_migrate.migrate.parity.resolve import Resolver
 from npu_migrate.migrate.parity.spec import load_spec
 from npu_migrate.migrate.parity.worker import build
 
+pytestmark = pytest.mark.slow
+
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "parity" / "hard_models"
 
 

@@ -14,6 +14,8 @@ from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.checkpoint import CheckpointError, load_checkpoint, load_strictly, read_checkpoint
 
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "parity"
 SCALE = 10.0  # the checkpoints' lm_head is the random init times this: loading them shows in the logits
 

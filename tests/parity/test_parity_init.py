@@ -22,6 +22,8 @@ from npu_migrate.migrate.parity.init.masks import mask_style
 from npu_migrate.migrate.parity.init.sizes import NOTHING, choose, group, keep_divisions
 from npu_migrate.migrate.parity.init.source import Function
 
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 

@@ -13,6 +13,8 @@ from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity import SpecError, run_parity
 
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "parity"
 HF_FACTORY = FIXTURES / "hf_llama" / "hf_llama.py"
 ORIGINAL = FIXTURES / "tiny_llama" / "tinyllama" / "model.py"

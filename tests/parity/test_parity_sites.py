@@ -65,6 +65,7 @@ def trees(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flash", [True, False])
 def test_a_rewritten_site_whose_fused_path_never_ran_is_not_proven(trees, flash):
     spec = trees / f"parity-{flash}.yaml"

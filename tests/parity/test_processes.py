@@ -115,7 +115,7 @@ def no_leftovers(tmp_path):
     assert not left, f"processes left behind: {left}"
 
 
-pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc"),
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc"),
               pytest.mark.usefixtures("no_leftovers")]
 
 

@@ -11,6 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from npu_migrate.migrate.parity.training import DEFAULT_OPTIMIZERS, OPTIMIZERS, loss
 
+pytestmark = pytest.mark.slow
+
 
 def normalised(seed=0):  # seed 0: the seed parity draws declared inputs from
     x = torch.randn(4, 32, 64, generator=torch.Generator().manual_seed(seed), requires_grad=True)

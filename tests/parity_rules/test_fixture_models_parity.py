@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 from npu_migrate.migrate import exitcodes
 from npu_migrate.migrate.cli import app
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 FA, ROPE = "torch_npu.npu_fusion_attention", "torch_npu.npu_rotary_mul"
 RMS, SWIGLU, GATING = "torch_npu.npu_rms_norm", "torch_npu.npu_swiglu", "torch_npu.npu_moe_gating_top_k_softmax"

@@ -26,6 +26,8 @@ from typer.testing import CliRunner
 from npu_migrate.migrate.cli import app
 from npu_migrate.migrate.parity.changes import CHANGES
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 VERSION_KEYED_WEIGHT = '''

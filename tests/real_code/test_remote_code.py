@@ -14,6 +14,8 @@ import torch
 
 from npu_migrate import kernels
 
+pytestmark = pytest.mark.slow
+
 transformers = pytest.importorskip("transformers")
 
 CONFIG = '''\

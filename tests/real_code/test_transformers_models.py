@@ -11,6 +11,8 @@ import pytest
 
 from fixtures.real_code import flow
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("transformers")
 
 ATTENTION = ("eager_attention_forward", "NPU302", "torch_npu.npu_fusion_attention")

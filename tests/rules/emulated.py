@@ -1,5 +1,5 @@
-"""Running a migrated snippet against its original on the emulated NPU (shared by the SwiGLU and
-MoE gating rule tests): migrate with one rule's codes, execute both sources, build twins with the
+"""Running a migrated snippet against its original on the emulated NPU (shared by the fused rules'
+tests; the snippet is migrated by ``tests.snippets``): execute both sources, build twins with the
 same weights, count the fused kernels a call makes, and read the op table's tolerances."""
 
 from __future__ import annotations
@@ -11,47 +11,9 @@ from pathlib import Path
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests.tolerances import recorded
 
 HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
-TABLE = load_table()
-
-
-def migrate(source: str, *codes: str, spelling: str = "as written") -> str:
-    """``source`` migrated with only ``codes`` selected; every finding is one of them. ``spelling``
-    "low precedence": every operand text the rules paste is ``x if True else x`` (``pasted_low``)."""
-    with pasted_low(spelling == "low precedence"):
-        result = build_engine(TABLE, select=list(codes)).migrate("snippet.py", source.encode())
-    assert result.status == "changed", (result.status, result.error, result.findings)
-    assert all(f.code in codes for f in result.findings), result.findings
-    if spelling == "low precedence":
-        assert " if True else " in result.migrated, "no operand text was pasted"
-    return result.migrated
-
-
-#: how the executed rewrites of the fused rules are spelled: operand text as the rule writes it, or
-#: every pasted operand ``x if True else x`` (the same value, the lowest precedence a pure operand
-#: has), which must land whole in every template and compute the same
-SPELLINGS = ("as written", "low precedence")
-
-
-@contextmanager
-def pasted_low(active: bool = True):
-    """While active, every text pasted into a template (what ``migrate.parens.atom`` receives, in
-    each module that imports it) is ``text if True else text``."""
-    from npu_migrate.migrate import parens
-
-    real = parens.atom
-    users = [m for name, m in list(sys.modules.items())
-             if active and name.startswith("npu_migrate.") and getattr(m, "atom", None) is real]
-    for module in users:
-        module.atom = lambda text: real(f"{real(text)} if True else {real(text)}")
-    try:
-        yield
-    finally:
-        for module in users:
-            module.atom = real
 
 
 @contextmanager
@@ -98,8 +60,8 @@ def counting(module, *ops):
 
 
 def tolerance(op: str, dtype: torch.dtype) -> dict:
-    record = TABLE.get(f"torch_npu.{op}").tolerance[str(dtype).replace("torch.", "")]
-    return dict(rtol=record.rtol, atol=record.atol)
+    """The op table's tolerance of ``torch_npu.<op>`` (the kernel a fused rule calls) in ``dtype``."""
+    return recorded(f"torch_npu.{op}", dtype)
 
 
 def twins(original_ns: dict, migrated_ns: dict, name: str, *args, dtype=None, **kwargs):

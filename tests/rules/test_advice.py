@@ -4,11 +4,10 @@ run is unchanged by them."""
 
 import pytest
 
-from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.rules import code_enabled, select_rules
 from npu_migrate.migrate.rules.device.advice import Advice
 from npu_migrate.migrate.rules.unsupported.fused_optimizer import FUSED_OPS, npu_kernels
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 SOURCE = "import torch\nopt = torch.optim.AdamW(params)\nx = batch.cuda()\n"
 
@@ -21,10 +20,10 @@ def test_npu4xx_codes_are_enabled_only_when_selected_by_their_group(select, enab
     assert not code_enabled("NPU401", ["NPU4"], ["NPU401"])
 
 
+@pytest.mark.slow
 def test_the_default_run_has_no_advice_and_the_opt_in_run_adds_only_notes():
-    table = load_table()
-    default = build_engine(table).migrate("train.py", SOURCE.encode())
-    advised = build_engine(table, select=["NPU2", "NPU4"]).migrate("train.py", SOURCE.encode())
+    default = snippets.migrate(SOURCE, "train.py")
+    advised = snippets.migrate(SOURCE, "train.py", select=["NPU2", "NPU4"])
     assert not [f for f in default.findings if f.code.startswith("NPU4")]
     assert advised.migrated == default.migrated  # notes change nothing
     notes = [(f.line, f.code, f.action) for f in advised.findings if f.code.startswith("NPU4")]

@@ -9,19 +9,13 @@ import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
-from tests.rules.emulated import pasted_low
+from tests import snippets
+from tests.tolerances import recorded
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "rules"
 HELPERS = ROOT / "migrate" / "helpers"
 DTYPES = [torch.float32, torch.bfloat16]
-
-
-@pytest.fixture(scope="module")
-def table():
-    return load_table()
 
 
 @pytest.fixture(scope="module")
@@ -48,24 +42,20 @@ def npu():
             sys.modules.pop("npu_glue", None)
 
 
-def load(case: str, table, code: str, spelling: str = "as written"):
-    """(original namespace, migrated namespace) of a rule fixture (``spelling``: tests/rules/emulated.py)."""
+def load(case: str, code: str, spelling: str = "as written"):
+    """(original namespace, migrated namespace) of a rule fixture (``spelling``: tests/snippets.py)."""
     source = (FIXTURES / case / "input.py").read_text()
-    with pasted_low(spelling == "low precedence"):
-        result = build_engine(table, select=[code]).migrate("input.py", source.encode())
-    assert result.status == "changed", result.error
-    assert spelling == "as written" or " if True else " in result.migrated
+    migrated = snippets.migrate(source, "input.py", select=[code], status="changed", spelling=spelling).migrated
     spaces = []
-    for text in (source, result.migrated):
+    for text in (source, migrated):
         namespace = {"__name__": f"fixture_{case}"}
         exec(compile(text, case, "exec"), namespace)
         spaces.append(namespace)
     return spaces
 
 
-def close(got, want, dtype, table, api="torch.nn.functional.scaled_dot_product_attention"):
-    t = table.get(api).tolerance[str(dtype).replace("torch.", "")]
-    torch.testing.assert_close(got, want, rtol=t.rtol, atol=t.atol)
+def close(got, want, dtype, api="torch.nn.functional.scaled_dot_product_attention"):
+    torch.testing.assert_close(got, want, **recorded(api, dtype))
 
 
 def rand(*shape, dtype=torch.float32, seed=0):
@@ -79,32 +69,34 @@ def additive_mask(b, sq, skv, dtype, pad=1):
     return torch.zeros(b, 1, sq, skv, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("sq,skv", [(6, 6), (3, 6)])
-def test_sdpa_rewrite_is_equal(table, npu, dtype, sq, skv):
-    before, after = load("NPU301_sdpa", table, "NPU301")
+def test_sdpa_rewrite_is_equal(npu, dtype, sq, skv):
+    before, after = load("NPU301_sdpa", "NPU301")
     q, k, v = rand(2, 4, sq, 8, dtype=dtype), rand(2, 4, skv, 8, dtype=dtype, seed=1), rand(2, 4, skv, 8, dtype=dtype, seed=2)
     mask = torch.rand(2, 1, sq, skv, generator=torch.Generator().manual_seed(3)) > 0.3
     npu.clear()
     got = after["attend"](q, k, v, mask, False, 0.1)
     assert len(npu) == 2 and {c["sparse_mode"] for c in npu} == {0, 2}
-    close(got, before["attend"](q, k, v, mask, False, 0.1), dtype, table)
+    close(got, before["attend"](q, k, v, mask, False, 0.1), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sdpa_aliased_gqa_is_equal(table, npu, dtype):
-    before, after = load("NPU301_sdpa_aliased", table, "NPU301")
+def test_sdpa_aliased_gqa_is_equal(npu, dtype):
+    before, after = load("NPU301_sdpa_aliased", "NPU301")
     q, k, v = rand(1, 4, 5, 8, dtype=dtype), rand(1, 2, 5, 8, dtype=dtype, seed=1), rand(1, 2, 5, 8, dtype=dtype, seed=2)
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
     npu.clear()
-    close(after["grouped"](q, k, v, mask), before["grouped"](q, k, v, mask), dtype, table)
-    close(after["scaled"](q, q, q), before["scaled"](q, q, q), dtype, table)
+    close(after["grouped"](q, k, v, mask), before["grouped"](q, k, v, mask), dtype)
+    close(after["scaled"](q, q, q), before["scaled"](q, q, q), dtype)
     assert len(npu) == 2 and npu[1]["scale"] == 0.125
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_causal_buffer_attention_is_equal(table, npu, dtype):
-    before, after = load("NPU302_eager_causal_buffer", table, "NPU302")
+def test_causal_buffer_attention_is_equal(npu, dtype):
+    before, after = load("NPU302_eager_causal_buffer", "NPU302")
     torch.manual_seed(0)
     original = before["CausalSelfAttention"](32, 4, 16, 0.1).eval().to(dtype)
     migrated = after["CausalSelfAttention"](32, 4, 16, 0.1).eval().to(dtype)
@@ -115,17 +107,18 @@ def test_causal_buffer_attention_is_equal(table, npu, dtype):
     # the buffer's current values are the kernel's mask, never the causal sparse mode it was built for
     assert len(npu) == 1 and npu[0].get("sparse_mode", 0) == 0
     assert torch.equal(npu[0]["atten_mask"][0, 0], ~torch.ones(7, 7, dtype=torch.bool).tril())
-    close(got, original(x), dtype, table)
+    close(got, original(x), dtype)
     for model in (original, migrated):  # a prefix-LM fills its buffer after __init__
         model.bias.fill_(1)
-    close(migrated(x), original(x), dtype, table)
+    close(migrated(x), original(x), dtype)
     assert len(npu) == 2 and not npu[1]["atten_mask"].any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("padded", [False, True])
-def test_gptj_attention_is_equal(table, npu, dtype, padded):
-    before, after = load("NPU302_eager_causal_buffer", table, "NPU302")
+def test_gptj_attention_is_equal(npu, dtype, padded):
+    before, after = load("NPU302_eager_causal_buffer", "NPU302")
     original, migrated = before["GPTJAttention"](16, 8), after["GPTJAttention"](16, 8)
     q, k, v = rand(2, 4, 3, 8, dtype=dtype), rand(2, 4, 6, 8, dtype=dtype, seed=1), rand(2, 4, 6, 8, dtype=dtype, seed=2)
     mask = None
@@ -135,7 +128,7 @@ def test_gptj_attention_is_equal(table, npu, dtype, padded):
     npu.clear()
     got = migrated(q, k, v, mask)
     assert len(npu) == 1 and got.dtype == dtype
-    close(got, original(q, k, v, mask), dtype, table)
+    close(got, original(q, k, v, mask), dtype)
 
 
 class _Module(torch.nn.Module):
@@ -144,11 +137,12 @@ class _Module(torch.nn.Module):
         self.num_key_value_groups = groups
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
 @pytest.mark.parametrize("sq,skv", [(5, 5), (2, 5)])
-def test_hf_eager_attention_forward_is_equal(table, npu, dtype, spelling, sq, skv):
-    before, after = load("NPU302_eager_hf_gqa", table, "NPU302", spelling)
+def test_hf_eager_attention_forward_is_equal(npu, dtype, spelling, sq, skv):
+    before, after = load("NPU302_eager_hf_gqa", "NPU302", spelling)
     module = _Module(groups=2).eval()
     q, k, v = rand(2, 4, sq, 8, dtype=dtype), rand(2, 2, skv, 8, dtype=dtype, seed=1), rand(2, 2, skv, 8, dtype=dtype, seed=2)
     mask = additive_mask(2, sq, skv + 2, dtype)  # longer than the keys: sliced by the code
@@ -156,7 +150,7 @@ def test_hf_eager_attention_forward_is_equal(table, npu, dtype, spelling, sq, sk
     out, weights = after["eager_attention_forward"](module, q, k, v, mask, 8 ** -0.5)
     assert len(npu) == 1 and weights is None
     want, _ = before["eager_attention_forward"](module, q, k, v, mask, 8 ** -0.5)
-    close(out, want, dtype, table)
+    close(out, want, dtype)
     # asked for the probabilities: the original code runs and returns them
     npu.clear()
     out, weights = after["eager_attention_forward"](module, q, k, v, mask, 8 ** -0.5, output_attentions=True)
@@ -164,9 +158,10 @@ def test_hf_eager_attention_forward_is_equal(table, npu, dtype, spelling, sq, sk
     torch.testing.assert_close(out, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_bert_attention_is_equal_and_keeps_probabilities(table, npu, dtype):
-    before, after = load("NPU302_eager_hf_gqa", table, "NPU302")
+def test_bert_attention_is_equal_and_keeps_probabilities(npu, dtype):
+    before, after = load("NPU302_eager_hf_gqa", "NPU302")
     original, migrated = before["BertSelfAttention"](32, 4, 0.1).eval(), after["BertSelfAttention"](32, 4, 0.1).eval()
     q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
     mask = torch.zeros(2, 1, 1, 5, dtype=dtype)
@@ -174,7 +169,7 @@ def test_bert_attention_is_equal_and_keeps_probabilities(table, npu, dtype):
     npu.clear()
     (got,) = migrated(q, k, v, mask)
     assert len(npu) == 1
-    close(got, original(q, k, v, mask)[0], dtype, table)
+    close(got, original(q, k, v, mask)[0], dtype)
     npu.clear()
     got, probs = migrated(q, k, v, mask, output_attentions=True)
     assert not npu and probs is not None
@@ -185,15 +180,15 @@ def test_bert_attention_is_equal_and_keeps_probabilities(table, npu, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_aliased_masked_fill_attention_is_equal(table, npu, dtype):
-    before, after = load("NPU302_eager_aliased", table, "NPU302")
+def test_aliased_masked_fill_attention_is_equal(npu, dtype):
+    before, after = load("NPU302_eager_aliased", "NPU302")
     q, k, v = rand(2, 2, 4, 8, dtype=dtype), rand(2, 2, 6, 8, dtype=dtype, seed=1), rand(2, 2, 6, 8, dtype=dtype, seed=2)
     mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(4)) > 0.6
     mask[:, 0] = False  # no fully masked row (those stay on the original path)
     npu.clear()
     got = after["attend"](q, k, v, mask, 0.0, False)
     assert len(npu) == 1
-    close(got, before["attend"](q, k, v, mask, 0.0, False), dtype, table)
+    close(got, before["attend"](q, k, v, mask, 0.0, False), dtype)
     mask[1] = True  # a fully masked row: the eager softmax gives NaN there, so the original runs
     npu.clear()
     torch.testing.assert_close(after["attend"](q, k, v, mask, 0.0, False), before["attend"](q, k, v, mask, 0.0, False),
@@ -201,22 +196,23 @@ def test_aliased_masked_fill_attention_is_equal(table, npu, dtype):
     assert not npu
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
-def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype, spelling):
+def test_every_catalogue_spelling_is_fused_and_equal(npu, dtype, spelling):
     """Inductor's chained, permuted and einsum spellings, an expand_as mask and a vision-transformer
     attention whose output feeds a larger expression: all fused, all equal to the original (also
     with every pasted operand ``x if True else x``)."""
-    before, after = load("NPU302_eager_spellings", table, "NPU302", spelling)
+    before, after = load("NPU302_eager_spellings", "NPU302", spelling)
     q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
     for name, args in (("chained", (q, k, v, 8 ** 0.5)), ("permuted", (q, k, v)), ("einsum_heads", (q, k, v))):
         npu.clear()
-        close(after[name](*args), before[name](*args), dtype, table)
+        close(after[name](*args), before[name](*args), dtype)
         assert len(npu) == 1, name
     mask = torch.rand(1, 1, 5, 5, generator=torch.Generator().manual_seed(5)) > 0.7
     mask[..., 0] = False  # every row keeps a key
     npu.clear()
-    close(after["expanded_mask"](q, k, v, mask), before["expanded_mask"](q, k, v, mask), dtype, table)
+    close(after["expanded_mask"](q, k, v, mask), before["expanded_mask"](q, k, v, mask), dtype)
     assert len(npu) == 1
     torch.manual_seed(0)
     original = before["VisionAttention"](32, 4).eval().to(dtype)
@@ -224,48 +220,49 @@ def test_every_catalogue_spelling_is_fused_and_equal(table, npu, dtype, spelling
     migrated.load_state_dict(original.state_dict())
     x = rand(2, 5, 32, dtype=dtype)
     npu.clear()
-    close(migrated(x), original(x), dtype, table)
+    close(migrated(x), original(x), dtype)
     assert len(npu) == 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_scaled_query_lands_parenthesised_and_is_equal(table, npu, dtype):
+def test_scaled_query_lands_parenthesised_and_is_equal(npu, dtype):
     """The issue's ``torch.matmul(q / math.sqrt(d), ...)``: the scaled query is the kernel's query,
     and ``(q / math.sqrt(d)).shape[1]`` its head count (pasted bare, it divided by a shape and raised
     AttributeError on every call after the guard had passed); the value cast likewise."""
-    before, after = load("NPU302_eager_scaled_query", table, "NPU302")
+    before, after = load("NPU302_eager_scaled_query", "NPU302")
     q, k, v = (rand(2, 4, 5, 8, dtype=dtype, seed=s) for s in range(3))
     npu.clear()
-    close(after["scaled_query"](q, k, v, 8), before["scaled_query"](q, k, v, 8), dtype, table)
+    close(after["scaled_query"](q, k, v, 8), before["scaled_query"](q, k, v, 8), dtype)
     assert len(npu) == 1
     mask = additive_mask(2, 5, 5, torch.float32)
     npu.clear()
     got = after["upcast_scores"](q, k, v, 8, mask)
     want = before["upcast_scores"](q, k, v, 8, mask)
     assert len(npu) == 1 and got.dtype == want.dtype
-    close(got, want, dtype, table)
+    close(got, want, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_merged_heads_and_one_head_attention_run_fused_and_equal(table, npu, dtype):
+def test_merged_heads_and_one_head_attention_run_fused_and_equal(npu, dtype):
     """3-D q/k/v with the heads merged into the batch ([B*H, N, D], einops or view, with a [B*H, N, N]
     additive mask) and 2-D one-head q/k/v: the guard was never true for them when they were passed
     as BNSD; as [B*H, 1, N, D] / [1, 1, N, D] views the kernel runs and the result is the original's."""
-    before, after = load("NPU302_eager_merged_heads", table, "NPU302")
+    before, after = load("NPU302_eager_merged_heads", "NPU302")
     b, h, n, d = 2, 3, 5, 8
     x = rand(b, n, h * d, dtype=dtype)
     weights = [rand(h * d, h * d, dtype=dtype, seed=s) / 5 for s in (1, 2, 3)]
     npu.clear()
-    close(after["merged_heads"](x, *weights, h), before["merged_heads"](x, *weights, h), dtype, table)
+    close(after["merged_heads"](x, *weights, h), before["merged_heads"](x, *weights, h), dtype)
     assert len(npu) == 1
     q, k, v = (rand(b, h, n, d, dtype=dtype, seed=s) for s in (4, 5, 6))
     padding = additive_mask(b * h, n, n, dtype).reshape(b, h, n, n)
     npu.clear()
     got = after["merged_heads_masked"](q, k, v, padding, b, h, n, d)
-    close(got, before["merged_heads_masked"](q, k, v, padding, b, h, n, d), dtype, table)
+    close(got, before["merged_heads_masked"](q, k, v, padding, b, h, n, d), dtype)
     assert len(npu) == 1 and got.shape == (b * h, n, d)
     x1 = rand(n, h * d, dtype=dtype, seed=7)
     npu.clear()
     got = after["one_head"](x1, *weights, h * d)
-    close(got, before["one_head"](x1, *weights, h * d), dtype, table)
+    close(got, before["one_head"](x1, *weights, h * d), dtype)
     assert len(npu) == 1 and got.shape == (n, h * d)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from npu_migrate import kernels
-from tests.rules.emulated import load, migrate
+from tests import snippets
+from tests.rules.emulated import load
 
 SOURCE = '''\
 import torch
@@ -23,7 +24,7 @@ def scaler_and_state():
 
 
 def test_without_cuda_the_original_scaler_is_off_and_the_migrated_one_scales_on_the_npu():
-    migrated = migrate(SOURCE, "NPU202", "NPU209")
+    migrated = snippets.migrated(SOURCE, select=["NPU202", "NPU209"])
     assert 'torch.amp.GradScaler("npu", init_scale=1024.0)' in migrated and 'torch.is_autocast_enabled("npu")' in migrated
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 CUDA_MODULE = '''\
 import torch
@@ -69,9 +68,7 @@ class Linear8(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def migrated():
-    result = build_engine(load_table(), select=["NPU1", "NPU2"]).migrate("cuda_paths.py", CUDA_MODULE.encode())
-    assert result.status == "changed", result.error
-    return result
+    return snippets.migrate(CUDA_MODULE, "cuda_paths.py", select=["NPU1", "NPU2"], status="changed")
 
 
 def load(path, name):
@@ -95,6 +92,7 @@ def test_the_naive_rename_breaks_at_import():
             torch.npu.get_device_capability() >= (8, 0)
 
 
+@pytest.mark.slow
 def test_migrated_text_keeps_cuda_only_paths_cuda_only(migrated):
     text = migrated.migrated
     assert "USE_BF16 = False\n" in text and "major, minor = (0, 0)\n" in text and "HAS_SM90 = False\n" in text

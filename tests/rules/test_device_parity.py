@@ -15,8 +15,8 @@ import yaml
 
 from npu_migrate import kernels
 from npu_migrate.migrate.runner import run
-from npu_migrate.opmap import load_table
 from npu_migrate.opmap.reference import vendor_rows
+from tests.snippets import builtin_table
 
 SNIPPETS = yaml.safe_load((Path(__file__).parents[2] / "fixtures" / "device_parity" / "snippets.yaml").read_text())
 BY_ROW = {snippet["row"]: snippet for snippet in SNIPPETS}
@@ -38,7 +38,7 @@ def test_every_vendor_row_has_one_snippet_and_every_snippet_a_row():
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory):
     """row key -> (FileResult, sites): every snippet migrated by one run per selection."""
-    table, results = load_table(), {}
+    table, results = builtin_table(), {}
     for select in (None, "NPU4"):
         root = tmp_path_factory.mktemp(f"snippets_{select or 'default'}")
         names = {}
@@ -66,6 +66,7 @@ def verdicts(table, result, line: int, api: str) -> set:
     return {"native"} if record is not None and record.status == "native" and record.summary else {"silent"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
 def test_migrate_run_rewrites_or_reports_the_row(row, migrated):
     table, results = migrated
@@ -98,6 +99,7 @@ def _check(source: str):
 RUNS = [row for row in ROWS if BY_ROW[row.key].get("runs")]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 @pytest.mark.parametrize("row", RUNS, ids=[IDS[ROWS.index(row)] for row in RUNS])
 def test_the_migrated_snippet_computes_what_the_original_does(row, migrated):

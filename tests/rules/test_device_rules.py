@@ -11,7 +11,6 @@ import pytest
 from npu_migrate import kernels
 from npu_migrate.migrate.catalogue import all_codes
 from npu_migrate.migrate.diagnostics import DOCS_DIR
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.unsupported.compile_mode import CompileMode
 from npu_migrate.migrate.rules.device.cuda_api import CudaApi
 from npu_migrate.migrate.rules.device.cuda_method import CudaMethod
@@ -20,7 +19,7 @@ from npu_migrate.migrate.rules.unsupported.float64 import Float64
 from npu_migrate.migrate.rules.device.is_cuda import IsCuda
 from npu_migrate.migrate.rules.device.nccl_backend import NcclBackend
 from npu_migrate.migrate.rules.unsupported.unsupported_api import UnsupportedApi
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 DEVICE_RULES = [CudaApi, DeviceString, CudaMethod, IsCuda, NcclBackend, Float64, UnsupportedApi, CompileMode]
 TABLE_RULES = [CudaApi, NcclBackend, Float64, UnsupportedApi, CompileMode]
@@ -29,13 +28,11 @@ HEADINGS = ["## What it does", "## Why", "## Example", "## Fix safety", "## Know
 
 @pytest.fixture(scope="module")
 def table():
-    return load_table()
+    return snippets.builtin_table()
 
 
 def migrate(table, source, rules=DEVICE_RULES):
-    result = Engine(table, rules).migrate("example.py", source.encode())
-    assert result.status != "error", result.error
-    return result
+    return snippets.migrate(source, "example.py", rules=rules, table=table)
 
 
 def use_of(api: str) -> str:
@@ -49,6 +46,7 @@ def owned_records(table, rules):
     return [r for r in table.records() if r.code in codes and not r.api.startswith(("Tensor.", "Module.", "pattern."))]
 
 
+@pytest.mark.slow
 def test_every_reported_record_is_reported_with_its_plan(table):
     records = [r for r in owned_records(table, TABLE_RULES) if r.status in ("unsupported", "fallback")]
     assert len(records) > 30
@@ -191,6 +189,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_training_script_end_to_end(table, tmp_path):
     result = migrate(table, TRAIN_SCRIPT)
     migrated = result.migrated

@@ -4,9 +4,8 @@ is reported, not rewritten; a file that imports from its own package is rewritte
 
 import pytest
 
-from npu_migrate.migrate.engine import build_engine
 from npu_migrate.migrate.rules._scope import FOREIGN, PACKAGE, TORCH, UNKNOWN
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 DEVICE_CODES = ("NPU202", "NPU203", "NPU204", "NPU205")
 
@@ -74,19 +73,18 @@ def build(device="cuda"):
 
 @pytest.fixture(scope="module")
 def engine():
-    return build_engine(load_table())
+    return snippets.engine()
 
 
 def run(engine, path, source):
-    result = engine.migrate(path, source.encode())
-    assert result.status != "error", result.error
-    return result
+    return snippets.migrate(source, path, using=engine)
 
 
 def device_sites(result, action):
     return [f for f in result.findings if f.code in DEVICE_CODES and f.action == action]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [CUPY, NUMBA], ids=["cupy", "numba"])
 def test_gpu_library_files_stay_untouched_and_silent_about_device_rewrites(engine, source):
     result = run(engine, "kernels.py", source)
@@ -125,6 +123,7 @@ def test_import_torch_npu_only_where_torch_is_used(engine):
         assert "torch_npu" not in (run(engine, "other.py", source).migrated or "")
 
 
+@pytest.mark.slow
 def test_scope_kinds():
     from npu_migrate.migrate.context import FileContext
     from npu_migrate.migrate.names import NameResolver
@@ -133,7 +132,7 @@ def test_scope_kinds():
 
     def scope(path, source):
         module = cst.parse_module(source)
-        return file_scope(FileContext(path, module, load_table(), NameResolver(module)))
+        return file_scope(FileContext(path, module, snippets.builtin_table(), NameResolver(module)))
 
     assert scope("a.py", "import transformers\n") == TORCH
     assert scope("a.py", "import torch\nimport cupy\n") == TORCH

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.rules.emulated import counting, emulated_npu, load, migrate, tolerance
+from tests import snippets
+from tests.rules.emulated import counting, emulated_npu, load, tolerance
 
 ROUTERS = '''
 import torch
@@ -221,7 +222,7 @@ def npu():
 
 
 def _routers(spelling):
-    migrated = migrate(ROUTERS, "NPU340", spelling=spelling)
+    migrated = snippets.migrated(ROUTERS, select=["NPU340"], spelling=spelling)
     for call, count in EMITTED.items():
         assert migrated.count(call) == count, (call, migrated)
     config = lambda **kw: SimpleNamespace(**kw)  # noqa: E731
@@ -278,6 +279,7 @@ def logits(dtype, seed=6, rows=6):
     return (torch.randn(rows, 16, generator=torch.Generator().manual_seed(seed)) * 2).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
@@ -294,6 +296,7 @@ def test_router_matches_the_original_in_inference(npu, routers, routers_low, nam
     check(want, got, kernel, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["route", "moe_layer", "load_balancing", "ScoresReturned"])
 def test_inference_only_kernels_keep_the_original_when_training(npu, routers, name):
     kernel, build = CASES[name]

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests import snippets
 from tests.rules.emulated import counting, emulated_npu, load, tolerance, twins
-from tests.rules.emulated import migrate as migrate_selected
 BF16, F32 = torch.bfloat16, torch.float32
 
 RMS_NORMS = '''
@@ -180,7 +180,7 @@ NO_WEIGHT = {"NoWeightNorm"}
 
 
 def migrate(source: str, spelling: str = "as written") -> str:
-    return migrate_selected(source, "NPU320", spelling=spelling)
+    return snippets.migrated(source, select=["NPU320"], spelling=spelling)
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +206,7 @@ def sample(*shape, dtype=F32, seed=1):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NORMS)
 @pytest.mark.parametrize("x_dtype,w_dtype,spelling", [
     (F32, F32, "as written"), (BF16, BF16, "as written"), (BF16, F32, "as written"), (F32, BF16, "as written"),
@@ -224,6 +225,7 @@ def test_rms_norm_forms_match_the_original(npu, norms, norms_low, name, x_dtype,
     assert sum(calls.values()) == (1 if fused else 0), "the fast path runs exactly where the kernel computes the same"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["LlamaRMSNorm", "T5LayerNorm", "MetaRMSNorm", "LitRMSNorm", "TuneRMSNorm",
                                   "ModuleNorm"])
 def test_rms_norm_gradients_match(npu, norms, name):

@@ -11,19 +11,16 @@ cache, halves, the tiled vision cache) and complex freqs_cis (Meta and Mistral l
 
 import math
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import Engine
 from npu_migrate.migrate.rules.rotary.rotary import Rotary
-from npu_migrate.opmap import load_table as _load_table
-from tests.rules.emulated import pasted_low
+from tests import snippets
+from tests.tolerances import recorded
 
-load_table = lru_cache(maxsize=1)(_load_table)
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
 
@@ -334,11 +331,8 @@ CASES = {
 
 
 def migrate(source, spelling="as written"):
-    with pasted_low(spelling == "low precedence"):
-        result = Engine(load_table(), [Rotary]).migrate("snippet.py", source.encode())
-    assert result.status == "changed", result.findings
-    assert spelling == "as written" or " if True else " in result.migrated
-    assert {f.code for f in result.findings} == {"NPU310"}
+    result = snippets.migrate(source, rules=[Rotary], status="changed", spelling=spelling)
+    assert snippets.codes(result) == {"NPU310"}
     assert all(f.target == "torch_npu.npu_rotary_mul" for f in result.findings)
     return result.migrated
 
@@ -373,9 +367,10 @@ def as_tuple(value):
 
 
 def tolerance(mode, dtype):
-    return load_table().exact(f"pattern.rotary.{mode}").tolerance[str(dtype).removeprefix("torch.")]
+    return recorded(f"pattern.rotary.{mode}", dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")],
                          ids=["float32", "bfloat16", "float32-low-precedence"])
@@ -389,7 +384,7 @@ def test_rewrite_matches_the_original(case, dtype, spelling, npu):
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):
         assert have.dtype == want.dtype and have.shape == want.shape
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 def test_upcast_keeps_computing_in_float32(npu):
@@ -417,6 +412,7 @@ def test_gradients_match(npu):
         torch.testing.assert_close(have, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, args", [
     ("half-chunk-bsnd", lambda: (randn(S, D), *half_tables(S))),  # 3-D x: the kernel takes 4-D only
     ("half-bnsd-gqa", lambda: (randn(B, N, S, 6 + 1), randn(B, 1, S, 7), torch.ones(B, S, 7), torch.zeros(B, S, 7))),  # odd D
@@ -458,7 +454,7 @@ def test_rotation_of_a_cast_x_runs_the_kernel_in_the_cast_dtype(dtype, npu):
     assert npu == ["interleave"] and 'x, torch.float32, cos, sin, "interleave", site=' in ' '.join(migrate(CAST).split())
     assert got.dtype == want.dtype == dtype
     tol = tolerance("interleave", dtype)
-    torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
+    torch.testing.assert_close(got, want, **tol)
 
 
 def test_litgpt_rotation_statements_move_into_the_fallback():
@@ -469,9 +465,10 @@ def test_litgpt_rotation_statements_move_into_the_fallback():
     assert 'if npu_glue.rotary_fits(x, cos, sin, "half", site="snippet.py:' in fused and "cos = cos.view(*new_shape)" in fused
 
 
+@pytest.mark.slow
 def test_gptj_model_fuses_both_rotary_implementations():
     source = (Path(__file__).parents[2] / "fixtures" / "models" / "gptj" / "modeling_gptj.py").read_bytes()
-    result = Engine(load_table(), [Rotary]).migrate("modeling_gptj.py", source)
+    result = snippets.migrate(source, "modeling_gptj.py", rules=[Rotary])
     rotary = [f for f in result.findings if f.code.startswith("NPU31")]  # (the residual pass reports the attention)
     assert sorted(f.api for f in rotary) == ["pattern.rotary.complex"] * 2 + ["pattern.rotary.interleave"]
     assert all(f.code == "NPU310" and f.action == "rewritten" for f in rotary)
@@ -588,6 +585,7 @@ TABLE_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", list(TABLE_CASES))
 def test_pair_and_complex_tables_match_the_original(case, dtype, npu):
@@ -600,7 +598,7 @@ def test_pair_and_complex_tables_match_the_original(case, dtype, npu):
     tol = tolerance(mode, dtype)
     for want, have in zip(expected, got):
         assert have.dtype == want.dtype and have.shape == want.shape
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 @pytest.mark.parametrize("case", ["torchtune-packed", "meta-complex-4d"])
@@ -631,7 +629,7 @@ def test_tables_are_derived_from_the_current_values_on_every_call(npu, monkeypat
     assert len(made) == 4 and len(npu) == 4
     tol = tolerance("interleave", torch.float32)
     cache.data.mul_(0.5)
-    torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)), rtol=tol.rtol, atol=tol.atol)
+    torch.testing.assert_close(run(migrated, (x, cache)), run(PACKED, (x, cache)), **tol)
 
 
 @pytest.mark.parametrize("case, args, mode", [
@@ -649,7 +647,7 @@ def test_scaled_tables_fuse(case, args, mode, npu):
     assert npu and set(npu) == {mode}
     tol = tolerance(mode, torch.float32)
     for want, have in zip(expected, got):
-        torch.testing.assert_close(have, want, rtol=tol.rtol, atol=tol.atol)
+        torch.testing.assert_close(have, want, **tol)
 
 
 @pytest.mark.parametrize("case, args", [

@@ -7,29 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 CASES = sorted(p for p in (Path(__file__).parents[2] / "fixtures" / "rules").iterdir() if p.is_dir())
-
-
-@pytest.fixture(scope="module")
-def table():
-    return load_table()
 
 
 def _diagnostics(result):
     return [f"{f.line}:{f.col} {f.code} {f.message}" for f in result.findings]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_rule_fixture(case, table):
+def test_rule_fixture(case):
     code = case.name.split("_")[0]
-    engine = build_engine(table, select=[code])
+    engine = snippets.engine([code])
     assert engine.rules, f"no rule emits {code}"
     source = (case / "input.py").read_bytes()
-    result = engine.migrate("input.py", source)
-    assert result.status != "error", result.error
+    result = snippets.migrate(source, "input.py", using=engine)
 
     expected_path = case / "expected.py"
     expected = expected_path.read_text() if expected_path.exists() else source.decode()
@@ -39,8 +33,7 @@ def test_rule_fixture(case, table):
     wanted = [line for line in (case / "diagnostics.txt").read_text().splitlines() if line.strip()]
     assert _diagnostics(result) == wanted
 
-    again = engine.migrate("input.py", migrated.encode())
-    assert again.status in ("unchanged", "skipped"), f"not a fixed point: {again.findings}"
+    again = snippets.migrate(migrated, "input.py", using=engine, status=("unchanged", "skipped"))
     assert not [f for f in again.findings if f.action == "rewritten"]
 
 

@@ -14,15 +14,9 @@ import pytest
 import torch
 
 from npu_migrate import kernels
-from npu_migrate.migrate.engine import build_engine
-from npu_migrate.opmap import load_table
+from tests import snippets
 
 HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
-
-
-@pytest.fixture(scope="module")
-def table():
-    return load_table()
 
 
 @contextmanager
@@ -51,10 +45,8 @@ def fused_calls():
     return []
 
 
-def migrate(table, source):
-    result = build_engine(table).migrate("m.py", textwrap.dedent(source).encode())
-    assert result.status in ("changed", "unchanged"), result.error
-    return result
+def migrate(source):
+    return snippets.migrate(textwrap.dedent(source), "m.py", status=("changed", "unchanged"))
 
 
 def namespace(text, name):
@@ -108,8 +100,9 @@ class Block(nn.Module):
 """
 
 
-def test_a_block_with_swiglu_attention_and_cuda_keeps_every_rewrite(table, fused_calls):
-    result = migrate(table, COMBINED)
+@pytest.mark.slow
+def test_a_block_with_swiglu_attention_and_cuda_keeps_every_rewrite(fused_calls):
+    result = migrate(COMBINED)
     rewritten = {f.code for f in result.findings if f.action == "rewritten"}
     assert {"NPU330", "NPU302", "NPU203"} <= rewritten
     text = result.migrated
@@ -169,8 +162,8 @@ def attend(q, k, v):
 
 @pytest.mark.parametrize("source, name", [(MASK_REDEFINED, "the mask"), (SCALE_DEFINED_INSIDE, "the scale"),
                                           (VALUE_RECAST, "the value")], ids=["mask", "scale", "value"])
-def test_attention_whose_moved_statements_redefine_what_the_kernel_reads_is_reported(table, fused_calls, source, name):
-    result = migrate(table, source)
+def test_attention_whose_moved_statements_redefine_what_the_kernel_reads_is_reported(fused_calls, source, name):
+    result = migrate(source)
     assert ("NPU302", "rewritten") not in by_code(result)
     (reported,) = [f for f in result.findings if f.code == "NPU303"]
     assert reported.message.startswith("attention not fused: ") and reported.fallback is not None
@@ -199,8 +192,8 @@ def attend(q, k, v, scale):
 
 @pytest.mark.parametrize("scale, fused", [(torch.full((2, 1, 1), 3.0), False), (torch.tensor(3.0), True), (3.0, True)],
                          ids=["per-head", "0-d", "float"])
-def test_a_tensor_scale_is_fused_only_when_it_is_a_scalar(table, fused_calls, scale, fused):
-    result = migrate(table, PER_HEAD_SCALE)
+def test_a_tensor_scale_is_fused_only_when_it_is_a_scalar(fused_calls, scale, fused):
+    result = migrate(PER_HEAD_SCALE)
     assert ("NPU302", "rewritten") in by_code(result)
     assert "scale=scale" in result.migrated.split("npu_glue.can_fuse(")[1].split(")")[0]
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
@@ -221,10 +214,10 @@ def attend(q, k, v):
 """
 
 
-def test_the_fused_output_has_the_original_dtype(table, fused_calls):
+def test_the_fused_output_has_the_original_dtype(fused_calls):
     """bfloat16 q and k with float32 v: the original returns float32; the fused path may not return
     q's bfloat16 (the guard sends it to the original code)."""
-    result = migrate(table, SOFTMAX_IN_FLOAT32)
+    result = migrate(SOFTMAX_IN_FLOAT32)
     assert ("NPU302", "rewritten") in by_code(result)
     q, k = (torch.randn(1, 2, 4, 8).to(torch.bfloat16) for _ in range(2))
     v = torch.randn(1, 2, 4, 8)

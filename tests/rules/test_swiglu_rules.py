@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.rules.emulated import counting, emulated_npu, load, migrate, tolerance, twins
+from tests import snippets
+from tests.rules.emulated import counting, emulated_npu, load, tolerance, twins
 
 MLPS = '''
 import torch
@@ -210,7 +211,7 @@ def npu():
 
 
 def _mlps(spelling):
-    migrated = migrate(MLPS, "NPU330", spelling=spelling)
+    migrated = snippets.migrated(MLPS, select=["NPU330"], spelling=spelling)
     for call, count in EMITTED.items():
         assert migrated.count(f"npu_glue.{call}") == count, (call, migrated)
     assert "F.silu(x_fc_1)" not in migrated and "* up" not in migrated.split("class Experts")[1].split("class Einsum")[0]
@@ -256,6 +257,7 @@ CASES += [("LitLLaMAMLP", None), ("GeGLU", "tanh"), ("GeGLU", "none"), ("GeGLUHa
           ("EinsumExperts", None), ("TokensEinsum", None), ("BmmExperts", None)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,act", CASES)
 @pytest.mark.parametrize("dtype,spelling", [(torch.float32, "as written"), (torch.bfloat16, "as written"),
                                             (torch.float32, "low precedence")])
@@ -271,6 +273,7 @@ def test_gated_mlp_forms_match_the_original(npu, mlps, mlps_low, name, act, dtyp
     assert calls == expected, "fused exactly when the activation has a kernel"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,act", [("LlamaMLP", "silu"), ("LlamaMLP", "gelu-tanh"), ("LitLLaMAMLP", None),
                                       ("GatedActDense", "hf-silu"), ("FeedForward", "silu"), ("Expert", "silu"),
                                       ("Expert", "gelu-new"), ("GeGLU", "none"), ("Experts", "silu")])
@@ -351,7 +354,7 @@ def test_projections_of_a_repos_own_linear_classes(npu):
 
     case = Path(__file__).parents[2] / "fixtures" / "rules" / "NPU330_swiglu_linear_subclass"
     source = (case / "input.py").read_text()
-    original, fused = load(source), load(migrate(source, "NPU330"))
+    original, fused = load(source), load(snippets.migrated(source, select=["NPU330"]))
     fused["npu_glue"]._geglu_first(torch.device("cpu"))
     for name, kernel_runs in (("PlainGeGLU", 1), ("GeGLU", 1)):
         before, after = twins(original, fused, name, 8, 16)
@@ -373,7 +376,8 @@ def test_hf_experts_gate_of_the_default_experts_path_runs_fused(npu, act, kernel
     from transformers.integrations.moe import _default_apply_gate
 
     case = Path(__file__).parents[2] / "fixtures" / "rules" / "NPU330_swiglu_hf_experts"
-    original, fused = load((case / "input.py").read_text()), load(migrate((case / "input.py").read_text(), "NPU330"))
+    source = (case / "input.py").read_text()
+    original, fused = load(source), load(snippets.migrated(source, select=["NPU330"]))
     config = SimpleNamespace(num_local_experts=2, intermediate_size=6, hidden_size=4, hidden_act=act)
     before, after = original["Experts"](config), fused["Experts"](config)
     assert before._apply_gate.__func__ is _default_apply_gate and after._apply_gate.__func__ is not _default_apply_gate
