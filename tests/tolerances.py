@@ -22,7 +22,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 #: the kernels whose tests need a tolerance the op table lacks (no ``torch_npu.<op>`` record has one)
 WITHOUT_A_RECORD = frozenset({
     "npu_fusion_attention", "npu_prompt_flash_attention", "npu_incre_flash_attention",
-    "npu_fused_infer_attention_score", "npu_rotary_mul", "npu_apply_rotary_pos_emb", "npu_add_rms_norm",
+    "npu_fused_infer_attention_score", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
     "npu_layer_norm_eval", "npu_add_layer_norm", "npu_gelu", "npu_fast_gelu", "npu_grouped_matmul",
     "npu_moe_finalize_routing", "npu_scaled_masked_softmax",
 })

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests import snippets
 from tests.rules.emulated import counting, emulated_npu, load, tolerance, twins
-from tests.rules.emulated import migrate as migrate_selected
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "NPU322_add_rms_norm" / "input.py"
 F32, BF16 = torch.float32, torch.bfloat16
@@ -27,7 +27,7 @@ def npu():
 @pytest.fixture(scope="module")
 def layers(npu):
     source = FIXTURE.read_text()
-    migrated = migrate_selected(source, "NPU320", "NPU321", "NPU322")
+    migrated = snippets.migrated(source, select=["NPU320", "NPU321", "NPU322"])
     assert migrated.count("npu_glue.add_rms_norm(") == 3
     return load(source), load(migrated)
 
