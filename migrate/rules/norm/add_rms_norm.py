@@ -35,6 +35,12 @@ that no gradient is needed: in training the original statements run, and the nor
 forward is still fused by NPU320. The kernel normalises the unrounded float32 sum where the
 original normalises the sum rounded to the inputs' dtype: expect ~1 ulp differences in
 bfloat16/float16 (tolerances in `opmap/norm.yaml`); the returned sum is the original's exactly.
+
+## Known problems
+Only the statement form is read: a norm called inside a larger expression (Meta's
+`h = x + attn(self.attention_norm(x))`, `h + ffn(self.ffn_norm(h))`), a norm class imported from
+another module, and a norm whose weight or eps is not an attribute of the module keep the add as
+written (the norm itself is still NPU320's). In training the kernel never runs (no backward).
 """
 
 from __future__ import annotations
