@@ -70,7 +70,7 @@ class Engine:
         self.rules = list(rules)
         self.enabled = enabled
         # the residual families a file's words are checked against (``migrate.triage``); None: no triage
-        self.families = [f for f in residual.FAMILIES if f.report is not None and enabled(f.report)] if triage else None
+        self.families = [f for f in residual.FAMILIES if f.enabled(enabled)] if triage else None
         # isort's first-party names by directory ("" for PATH): see first_party.first_party_names
         self.first_party: Mapping[str, FrozenSet[str]] = first_party or {}
 

@@ -49,7 +49,7 @@ def _inside(node: cst.CSTNode, ancestors: Set[int], parents) -> bool:
 
 def check(ctx: FileContext, enabled: Callable[[str], bool]) -> None:
     """Add a report for every detected component no finding of its family covers."""
-    families = [f for f in FAMILIES if f.report is not None and enabled(f.report)]
+    families = [f for f in FAMILIES if f.enabled(enabled)]
     if not families or ctx.is_helper:
         return
     parents = ctx.tree.parents()

@@ -33,6 +33,10 @@ class Family:
         return any(self.words & f.names and (self.computes is None or self.computes(words, words.reach(f)))
                    for f in words.functions)
 
+    def enabled(self, code_enabled: Callable[[str], bool]) -> bool:
+        """Whether the residual pass looks for this family: it has rules loaded and its code is on."""
+        return self.report is not None and code_enabled(self.report)
+
     @property
     def rules(self) -> Tuple[type, ...]:
         """The rules of the family's package (looked up at call time, as ``rules.all_rules``)."""

@@ -45,7 +45,7 @@ written (the norm itself is still NPU320's). In training the kernel never runs (
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import libcst as cst
 
@@ -55,7 +55,7 @@ from ...edits import template
 from ...guarded import region
 from ...view.emit import sited
 from ...view.ops import Op
-from ...view.scope import _params, module_classes
+from ...view.scope import _params, class_attributes, module_classes
 from ...view.syntax import code
 from ..base import Rule
 from ._match import Mismatch, Norm, match
@@ -78,27 +78,21 @@ class AddRmsNorm(Rule):
         """An add, and a norm class (``RmsNorm.may_find``)."""
         return "Add" in words.operators and RmsNorm.may_find(words)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._classes: Optional[dict] = None  # the module's classes bound once, read on the first site
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        cls = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(node))))
+        parents = self.ctx.tree.parents()
+        cls = parents.get(id(parents.get(id(node))))
         if self.ctx.is_helper or not isinstance(cls, cst.ClassDef):
             return
-        for block in self._blocks(node.body):
-            for last in range(1, len(block.body)):
-                self._site(node, block, last)
+        for block in self.ctx.tree.of_type(node, cst.IndentedBlock):
+            if _enclosing_definition(block, parents) is node:  # not the blocks of inner defs and classes
+                for last in range(1, len(block.body)):
+                    self._site(node, cls, block, last)
 
-    def _blocks(self, body: cst.BaseSuite) -> List[cst.IndentedBlock]:
-        """The blocks of a function, nested ones included (not those of inner defs and classes)."""
-        found, stack = [], [body]
-        while stack:
-            block = stack.pop()
-            if isinstance(block, cst.IndentedBlock):
-                found.append(block)
-                for stmt in block.body:
-                    if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-                        stack.extend(n for n in _suites(stmt))
-        return found
-
-    def _site(self, func: cst.FunctionDef, block: cst.IndentedBlock, last: int) -> None:
+    def _site(self, func: cst.FunctionDef, cls: cst.ClassDef, block: cst.IndentedBlock, last: int) -> None:
         """``t = a + b; [r = t;] y = self.<norm>(t)`` ending at ``block.body[last]``."""
         normed, call = _assignment(block.body[last])
         if normed is None or not isinstance(call, cst.Call) or len(call.args) != 1 or call.args[0].keyword \
@@ -113,7 +107,7 @@ class AddRmsNorm(Rule):
         if total != summed or not (isinstance(add, cst.BinaryOperation) and isinstance(add.operator, cst.Add)) \
                 or not all(isinstance(side, cst.Name) for side in (add.left, add.right)):
             return
-        norm = self._norm_module(func, call.func)
+        norm = self._norm_module(cls, call.func)
         if norm is None:
             return
         kind, weight, eps = norm
@@ -131,18 +125,19 @@ class AddRmsNorm(Rule):
         self.rewrite(block.body[start], f"residual add + {kind} module → {TARGET} (guarded: inference; "
                                         "original kept)", target=TARGET, edits=[edit], helpers=[HELPER])
 
-    def _norm_module(self, func: cst.FunctionDef, callee: cst.BaseExpression) -> Optional[tuple]:
+    def _norm_module(self, holder: cst.ClassDef, callee: cst.BaseExpression) -> Optional[tuple]:
         """(class name, weight attribute, eps source) when ``callee`` is ``self.<attr>`` set in
         ``__init__`` to ``C(...)``, C a class of this module whose forward returns an RMSNorm of its
         input that the kernel computes; else None."""
         if not (isinstance(callee, cst.Attribute) and isinstance(callee.value, cst.Name)
                 and callee.value.value == "self"):
             return None
-        view = self.ctx.view(func)
-        made = view.scope.attributes.get(callee.attr.value)
+        made = class_attributes(holder).get(callee.attr.value)
         if not (isinstance(made, cst.Call) and isinstance(made.func, cst.Name)):
             return None
-        cls = module_classes(self.ctx.module).get(made.func.value)
+        if self._classes is None:
+            self._classes = module_classes(self.ctx.module)
+        cls = self._classes.get(made.func.value)
         forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
                        None) if cls is not None and isinstance(cls.body, cst.IndentedBlock) else None
         params = _params(forward) if forward is not None else []
@@ -190,16 +185,9 @@ def _assignment(stmt: cst.CSTNode) -> tuple:
     return None, None
 
 
-def _suites(stmt: cst.CSTNode) -> List[cst.BaseSuite]:
-    """The blocks directly inside a compound statement (if/elif/else, for, while, with, try)."""
-    found = [getattr(stmt, "body", None)]
-    orelse = getattr(stmt, "orelse", None)
-    while orelse is not None:
-        found.append(orelse.body)
-        orelse = getattr(orelse, "orelse", None) if isinstance(orelse, cst.If) else None
-    for handler in getattr(stmt, "handlers", ()):
-        found.append(handler.body)
-    final = getattr(stmt, "finalbody", None)
-    if final is not None:
-        found.append(final.body)
-    return [s for s in found if isinstance(s, cst.IndentedBlock)]
+def _enclosing_definition(node: cst.CSTNode, parents) -> Optional[cst.CSTNode]:
+    """The innermost def or class around ``node``."""
+    node = parents.get(id(node))
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        node = parents.get(id(node))
+    return node
