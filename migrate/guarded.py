@@ -28,6 +28,7 @@ import libcst as cst
 from .defuse import defined, read, region_problem
 from .edits import Code, Guarded, Replace, template
 from .parens import settle
+from .refusal import Refusal
 
 HOLE = re.compile(r"\{(\w+)\}")
 Migrated = Callable[[cst.CSTNode], cst.CSTNode]  # an original node -> the node as migrated
@@ -94,7 +95,7 @@ def region(scope: cst.CSTNode, block, start: int, end: int, guard: Code, fused: 
            note: Optional[str] = None, hoisted: Sequence[int] = (), fallthrough: bool = False,
            unit: Optional[str] = None, reads_at: Optional[Mapping[str, int]] = None,
            at_entry: bool = False, tail: Sequence[Code] = (),
-           replaced: Optional[cst.CSTNode] = None) -> Union[Guarded, str]:
+           replaced: Optional[cst.CSTNode] = None) -> Union[Guarded, Refusal]:
     """A guarded region over ``block.body[start:end]`` inside ``scope`` (the function body or the
     module), or why it would not compute what the original does. ``reads_at`` says, for names the
     fused code reads, at which statement of the block the original computation reads the value the

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from ..parens import atom
+from ..refusal import Refusal, unplaced
 from .syntax import code
 from . import Value, View
 from ..tree import children as children_nodes
@@ -97,18 +98,19 @@ class Slice:
         return env
 
 
-def slice_of(view: View, root: Value, operands: Sequence[Value], parents) -> Union[Slice, str]:
+def slice_of(view: View, root: Value, operands: Sequence[Value], parents) -> Union[Slice, Refusal]:
     if not view.home(root):
-        return "the computation is not written in this function"
+        return unplaced("the computation is not written in this function")
     block, root_index = enclosing_block(root.node, parents)
     if block is None:
-        return "the computation is not inside a block of statements"
+        return unplaced("the computation is not inside a block of statements")
     indices = {root_index}
     for value in interior(root, operands):
         if view.home(value):
             index = _statement_index(block, value.node, parents)
             if index is None:
-                return "the computation spans more than one block (part of it is inside or outside an if/loop)"
+                return unplaced("the computation spans more than one block (part of it is inside or outside an "
+                                "if/loop)")
             indices.add(index)
     start = min(indices)
     hoisted = tuple(i for i in range(start, root_index + 1) if i not in indices)

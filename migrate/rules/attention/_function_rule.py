@@ -1,6 +1,6 @@
 """The visitor part shared by the attention rules NPU302 and NPU303: the attention of each function
 that mentions a softmax, read from its dataflow view once per file; each result (an ``Attention``
-to fuse or a ``Blocked`` site) goes to the rule's ``found``."""
+to fuse or a ``Refusal`` site) goes to the rule's ``found``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ SOFTMAX_NAMES = frozenset({"softmax", "Softmax"})
 
 
 def attention_in(view) -> List[object]:
-    """Every attention result of the view: an ``Attention`` or ``Blocked`` per product with V, then
-    a ``Blocked`` for each softmax over q·kᵀ scores that no such product consumed (memoised on the
+    """Every attention result of the view: an ``Attention`` or ``Refusal`` per product with V, then
+    a ``Refusal`` for each softmax over q·kᵀ scores that no such product consumed (memoised on the
     view)."""
     found = getattr(view, "_attention", None)
     if found is None:

@@ -12,7 +12,7 @@ function, method or ``nn.Softmax`` attribute, ``div``/``mul``, chained methods, 
 returns) are the view's business, so they need nothing here. GQA by ``repeat_kv``/
 ``repeat_interleave`` is read back to the K/V with fewer heads, which the kernel takes natively.
 
-The result is an ``Attention`` (what the fused call needs, as values) or a ``Blocked`` (why the
+The result is an ``Attention`` (what the fused call needs, as values) or a ``Refusal`` (why the
 kernel cannot express it, with a plan), or None when ``out`` is not attention at all.
 """
 
@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
-from ..results import Blocked
+from ...refusal import Refusal, blocked
 from ...view.values import number, reaches
 from ...view.syntax import code
 from ...view import Value
@@ -160,7 +160,7 @@ class _Reader:
                 inner = probs.input
                 if inner is not None and inner.op == Op.SOFTMAX and inner.input is not None and inner.input.op == Op.CAT:
                     found.softmax = inner
-                    return Blocked(inner.input.node, "attention sinks (an extra logit column concatenated to the "
+                    return blocked(inner.input.node, "attention sinks (an extra logit column concatenated to the "
                                                      "scores)", SINKS_PLAN)
                 return None
             if probs.op == Op.PHI:  # if head_mask is not None: probs = probs * head_mask
@@ -175,7 +175,7 @@ class _Reader:
                 left, right = probs.input, probs["other"]
                 if _leads_to_softmax(left) or _leads_to_softmax(right):
                     found.softmax = _softmax_below(left) or _softmax_below(right)
-                    return Blocked(probs.node, "the attention probabilities are multiplied by a head mask", HEAD_MASK_PLAN)
+                    return blocked(probs.node, "the attention probabilities are multiplied by a head mask", HEAD_MASK_PLAN)
                 return None
             if probs.op == Op.DROPOUT:
                 if found.dropout is not None:
@@ -208,12 +208,12 @@ class _Reader:
                 step = self._optional(value)
                 if step is None:
                     return None
-                if isinstance(step, Blocked):
+                if isinstance(step, Refusal):
                     return step
                 value = step
             elif op in ("add", "masked_fill", "where"):
                 step = self._term(value)
-                if step is None or isinstance(step, Blocked):
+                if step is None or isinstance(step, Refusal):
                     return step
                 value = step
             elif op in ("mul", "div"):
@@ -225,10 +225,10 @@ class _Reader:
                 found.scale, found.inverse = right, op == "div"
                 value = left
             elif op == "tanh":
-                return Blocked(value.node, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no "
+                return blocked(value.node, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no "
                                            "fused form", SOFTCAP_PLAN)
             elif op == "cat":
-                return Blocked(value.node, "attention sinks (an extra logit column concatenated to the scores)",
+                return blocked(value.node, "attention sinks (an extra logit column concatenated to the scores)",
                                SINKS_PLAN)
             elif op == "matmul":
                 return self._product(value)
@@ -237,7 +237,7 @@ class _Reader:
                 return baddbmm_scores(call, call, first_operand=1 if len(call.args) >= 3 and call.args[0].keyword is None
                                       and not isinstance(call.func, cst.Attribute) or (code(call.func).startswith("torch.")) else 0)
             elif op == "einsum":
-                return Blocked(value.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
+                return blocked(value.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                            "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
             else:
                 return None
@@ -246,7 +246,7 @@ class _Reader:
     def _product(self, value: Value):
         found = self.found
         if found.merged_heads or value.name == "bmm":
-            return Blocked(value.node, "the scores come from 3-D products with the heads merged into the batch, "
+            return blocked(value.node, "the scores come from 3-D products with the heads merged into the batch, "
                                        "which the rule does not prove to be Q and K^T", MERGED_PLAN)
         q, kt = value.input, value["other"]
         if kt is None or kt.op != Op.TRANSPOSED:
@@ -268,7 +268,7 @@ class _Reader:
                 return None
             label = _label(term)
             if label is not None and BIAS_NAME.search(label):
-                return Blocked(value.node, f"a position bias ({label}) is added to the scores", fallback_pse(f"`{label}`"))
+                return blocked(value.node, f"a position bias ({label}) is added to the scores", fallback_pse(f"`{label}`"))
             kind, mask = "additive", term
         elif op == "masked_fill":
             scores, mask, fill = value.input, value["mask"], value["value"]
@@ -279,7 +279,7 @@ class _Reader:
         if op != "add":
             negative = very_negative(fill)
             if negative is False:
-                return Blocked(value.node, f"the scores are masked with {code(fill.node) if fill.node else 'a finite value'}, "
+                return blocked(value.node, f"the scores are masked with {code(fill.node) if fill.node else 'a finite value'}, "
                                            "not minus infinity", UNDERFLOW_PLAN)
             if negative is None:
                 return None
@@ -302,7 +302,7 @@ class _Reader:
                 continue
             before = len(self.found.terms)
             rest = self._term(applied)
-            if isinstance(rest, Blocked):
+            if isinstance(rest, Refusal):
                 return rest
             if rest is plain:
                 self.found.terms[before].condition = test if applied is then else None
@@ -385,7 +385,7 @@ def repeated_heads(value: Value) -> Optional[Value]:
     return None
 
 
-def unmatched_scores(softmax: Value) -> Optional[Blocked]:
+def unmatched_scores(softmax: Value) -> Optional[Refusal]:
     """Why a softmax over attention scores was not fused when no product with V consumed it (the
     form is reported, never left silent), or None when its input is not q·kᵀ scores."""
     scores = softmax.input
@@ -394,11 +394,11 @@ def unmatched_scores(softmax: Value) -> Optional[Blocked]:
     if scores is None:
         return None
     if scores.op == Op.EINSUM:
-        return Blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
+        return blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
     if not is_scores(scores) or not has_transposed_product(scores):
         return None
-    return Blocked(softmax.node, "attention whose probabilities are not multiplied by V in a form the rule "
+    return blocked(softmax.node, "attention whose probabilities are not multiplied by V in a form the rule "
                                  "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
 
 
@@ -408,7 +408,7 @@ def has_transposed_product(value: Value, depth: int = 12) -> bool:
 
 
 def match(out: Value):
-    """(an ``Attention``, a ``Blocked`` or None, the softmax it reached) for the value ``out``."""
+    """(an ``Attention``, a ``Refusal`` or None, the softmax it reached) for the value ``out``."""
     if out.op != Op.MATMUL:
         return None, None
     reader = _Reader(out)

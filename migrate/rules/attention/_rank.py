@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from ..results import Blocked
+from ...refusal import Refusal, blocked
 from ...view.rank import rank
 from ....opmap import Fallback
 
@@ -58,7 +58,7 @@ class Shaped:
         return {3: ", 3-D q/k/v with the heads merged into the batch", 2: ", 2-D q/k/v (one head)"}.get(self.rank, "")
 
 
-def shaped(operands: Sequence) -> Union[Shaped, Blocked]:
+def shaped(operands: Sequence) -> Union[Shaped, Refusal]:
     """How the q, k, v ``operands`` reach the kernel, or why the kernel cannot take them."""
     ranks = {rank(value) for value in operands} - {None}
     if not ranks or ranks == {4}:
@@ -66,5 +66,5 @@ def shaped(operands: Sequence) -> Union[Shaped, Blocked]:
     if len(ranks) == 1 and ranks <= {2, 3}:
         return Shaped(ranks.pop())
     listed = ", ".join(str(r) for r in sorted(ranks))
-    return Blocked(None, f"q, k and v are {listed}-D as the code builds them, a rank npu_fusion_attention does not take "
+    return blocked(None, f"q, k and v are {listed}-D as the code builds them, a rank npu_fusion_attention does not take "
                          "(4-D [B, N, S, D], 3-D with the heads merged into the batch, or 2-D)", RANK_PLAN)

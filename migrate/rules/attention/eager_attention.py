@@ -27,7 +27,7 @@ without a run-time flag that says they are not, and regions that would not be so
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
@@ -35,15 +35,14 @@ from ...context import HELPER
 from ...defuse import read
 from ...diagnostics import DiagnosticCode
 from ...edits import ImportSpec, Replace, template
-from ...guarded import region
 from ...parens import atom
 from ._blockers import MOVED_PLAN, probabilities_used
-from ..results import Blocked
+from ...refusal import Refusal, RefusalKind, blocked, unavailable, unbound, unplaced
 from ._definitions import causal_alignment, is_tril_buffer
 from ._match import Attention, repeated_heads
 from ._rank import RANK_PLAN, Shaped, shaped
 from ._function_rule import FunctionRule
-from ...view.emit import sited
+from ...view.emit import Written, place, sited
 from ._later_uses import load_sites_after
 from ...view.values import number
 from ...view.regions import Slice, enclosing_block, interior, operand_code, slice_of, statement_of
@@ -103,6 +102,9 @@ def python_number(value, view, depth: int = 0) -> bool:
     return False
 
 
+READ_AFTER = (RefusalKind.READ_AFTER_ORIGINAL_ONLY, RefusalKind.READ_AFTER_FUSED_ONLY)
+
+
 class EagerAttention(FunctionRule, Rule):
     declarations = (
         DiagnosticCode("NPU302", "eager-attention",
@@ -115,7 +117,7 @@ class EagerAttention(FunctionRule, Rule):
     triggers = (b"softmax", b"Softmax")
 
     def found(self, result, view) -> None:
-        if isinstance(result, Blocked):
+        if isinstance(result, Refusal):
             parents = self.ctx.tree.parents()
             node = result.node if result.node is not None and _within(result.node, view.func, parents) else \
                 result.root
@@ -134,13 +136,12 @@ class EagerAttention(FunctionRule, Rule):
             if outcome is None:
                 return
             why = why or outcome
-        if isinstance(why, str):
-            why = Blocked(None, why, MOVED_PLAN)
+        why = why.planned(MOVED_PLAN)
         anchor = statement_of(result.out.node, self.ctx.tree.parents())
         self.report(anchor, f"attention not fused: {why.reason}", fallback=why.fallback, api=BLOCKED_RECORD, code=REPORT)
 
     # -- one attempt ---------------------------------------------------------------------------
-    def _fuse(self, att: Attention, view, k, v) -> Optional[str]:
+    def _fuse(self, att: Attention, view, k, v) -> Optional[Refusal]:
         """Emit the rewrite with these K and V operands; None when done, else why not."""
         parents = self.ctx.tree.parents()
         operands = [att.q, k, v, *(t.value for t in att.terms), *(t.condition for t in att.terms if t.condition),
@@ -148,71 +149,70 @@ class EagerAttention(FunctionRule, Rule):
         operands += [x for x in (att.scale, att.dropout and att.dropout["p"], att.dropout and att.dropout["training"],
                                  att.dropout and att.dropout["module"]) if x is not None]
         piece = slice_of(view, att.out, operands, parents)
-        if isinstance(piece, str):
+        if isinstance(piece, Refusal):
             return piece
         form = self._output(att, parents, view)
-        if isinstance(form, str):
-            return form
         if form[0] == "inside":  # the fused value goes through a temporary; the statement using it follows the region
             inside = [v for v in interior(att.out, operands) if v is not att.out and view.home(v)
                       and _statement_index_of(piece, v.node, parents) == piece.end - 1]
             if inside:
-                return "part of the attention is computed in the statement that uses its output"
+                return unplaced("part of the attention is computed in the statement that uses its output")
             piece = Slice(piece.view, piece.block, piece.start, piece.end - 1,
                           tuple(i for i in piece.hoisted if i < piece.end - 1))
             if piece.start >= piece.end:
-                return "the attention is written in one expression inside a larger one (assign it to a name first)"
+                return unplaced("the attention is written in one expression inside a larger one (assign it to a name "
+                                "first)")
         shape = shaped([att.q, k, v])
-        if isinstance(shape, Blocked) or shape.rank not in (None, 4) and k is not att.k:
-            return shape if isinstance(shape, Blocked) else "K and V repeated for grouped heads are not 4-D"
+        if isinstance(shape, Refusal) or shape.rank not in (None, 4) and k is not att.k:
+            return shape if isinstance(shape, Refusal) else blocked(None, "K and V repeated for grouped heads are not 4-D",
+                                                                   MOVED_PLAN)
         texts = {}
         for name, value in (("q", att.q), ("k", k), ("v", v)):
             texts[name] = operand_code(piece, value)
             if texts[name] is None:
-                return f"the {name} operand is not available as a plain name where the attention starts"
+                return unavailable(f"the {name} operand is not available as a plain name where the attention starts")
             texts[name] = shape.operand(texts[name])
         spec = self._spec(att, view, piece, texts, (att.k, texts["k"]) if k is not att.k else None, shape)
-        if isinstance(spec, str):
+        if isinstance(spec, Refusal):
             return spec
         guard, masks = spec
         for test in att.unless:  # fused only without the head mask
             subject = operand_code(piece, test.input)
             if subject is None:
-                return "the head mask or soft-cap is not available as a plain name where the attention starts"
+                return unavailable("the head mask or soft-cap is not available as a plain name where the attention "
+                                   "starts")
             guard.append(f"{subject} is None")
+        how = "the causal buffer's values as the mask" if masks and masks[0][0] == "causal" else (
+            "masks converted at run time" if masks else "no mask")
+        message = f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by " \
+                  f"{HELPER}.can_fuse"
+        inside = form[0] == "inside"  # the statement using the output reads it from the temporary afterwards
+        tail = [template(f"{form[1]} = {{out}}\n", out=att.out.node)] if inside else []
+        also = [Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)] if inside else []
         probs_guards, probs_none = [], []
         for _ in range(3):
             written = self._code(att, piece, texts, form, (guard, probs_guards), masks, probs_none, shape)
             if written is None:
-                return "the scale is not available as a plain expression where the attention starts"
-            guard_text, fused = written
-            indent, unit = self.ctx.indentation(piece.block)
-            tail = [template(f"{form[1]} = {{out}}\n", out=att.out.node)] if form[0] == "inside" else []
-            edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard_text),
-                          [template(s) for s in fused], note=NOTE, hoisted=piece.hoisted, unit=unit,
-                          fallthrough=form[0] == "return", at_entry=True, tail=tail,
-                          replaced=att.out.node if form[0] == "inside" else None)
-            if not isinstance(edit, str):
-                edits = [edit] + ([Replace(att.out.node, cst.Name(form[1]), holes_see_original=True)]
-                                  if form[0] == "inside" else [])
-                anchor = piece.block.body[piece.start]
-                how = "the causal buffer's values as the mask" if masks and masks[0][0] == "causal" else (
-                    "masks converted at run time" if masks else "no mask")
-                self.rewrite(anchor, f"attention ({form[1]} = softmax(QK^T)V, {how}{shape.described}) → {TARGET}, guarded by "
-                                     f"{HELPER}.can_fuse", target=TARGET, api=RECORD, edits=edits,
-                             imports=[ImportSpec("torch_npu")], helpers=[HELPER])
+                return unavailable("the scale is not available as a plain expression where the attention starts")
+            test, call, after = written
+            problem = place(self, view.func.body, piece,
+                            Written(test, call, message, () if form[0] == "return" else (form[1],), tuple(after)),
+                            note=NOTE, target=TARGET, api=RECORD, helpers=[HELPER], imports=[ImportSpec("torch_npu")],
+                            returned=form[0] == "return", tail=tail, replaced=att.out.node if inside else None,
+                            also=also)
+            if problem is None:
                 return None
-            used = self._probabilities_read_after(att, piece, edit)
+            used = self._probabilities_read_after(att, piece, problem)
             if used is None:
-                return edit
+                return problem
             flag = self._probs_guard(view, piece, used)
             if flag is None:
                 return probabilities_used(None, used)
             probs_guards.append(flag)
             probs_none.append(used)
-        return "the attention probabilities are used afterwards"
+        return unbound("the attention probabilities are used afterwards")
 
-    def _output(self, att: Attention, parents, view) -> Union[Tuple[str, str], str]:
+    def _output(self, att: Attention, parents, view) -> Tuple[str, str]:
         """("assign", name) for ``name = <attention>``, ("return", "the result") for ``return
         <attention>``, ("inside", a new name) when a larger expression uses it (through that name)."""
         parent = parents.get(id(att.out.node))
@@ -239,17 +239,17 @@ class EagerAttention(FunctionRule, Rule):
             if text is None and repeated is not None:
                 text = _sequence_length_of(piece, term.value, *repeated)
             if causal is None and text is None:
-                return "a mask is not available as a plain expression where the attention starts"
+                return unavailable("a mask is not available as a plain expression where the attention starts")
             if text is not None and causal is None:
                 text = shape.mask(text, term.value)
                 if text is None:
-                    return Blocked(None, "a mask of 3-D attention (heads merged into the batch) whose rank the code "
+                    return blocked(None, "a mask of 3-D attention (heads merged into the batch) whose rank the code "
                                          "does not fix", RANK_PLAN)
             if term.condition is not None:
                 condition = operand_code(piece, term.condition) if term.condition.node is None else \
                     _condition_code(piece, term.condition)
                 if condition is None:
-                    return "the condition of a mask is not available where the attention starts"
+                    return unavailable("the condition of a mask is not available where the attention starts")
                 subject = condition.split(" is not ")[0]
                 if text != subject:
                     text = atom(f"{text} if {condition} else None")
@@ -257,7 +257,7 @@ class EagerAttention(FunctionRule, Rule):
         if len(masks) == 1 and masks[0][2] is not None:
             return [], [("causal", masks[0][2][0], masks[0][2][1])]
         if any(m[1] is None for m in masks):
-            return "a mask is not available as a plain expression where the attention starts"
+            return unavailable("a mask is not available as a plain expression where the attention starts")
         return [], [(kind, text) for kind, text, _ in masks]
 
     def _causal(self, term, cls, view) -> Optional[Tuple[int, str]]:
@@ -280,8 +280,8 @@ class EagerAttention(FunctionRule, Rule):
         return found[1], atom(code(value.node))
 
     def _code(self, att: Attention, piece: Slice, texts, form, guard_terms, masks, probs_none, shape: Shaped):
-        """(guard, fused statements); ``guard_terms``: (the site's own conditions, the expressions that
-        say the probabilities are read afterwards)."""
+        """(guard, fused call, statements after it), or None; ``guard_terms``: (the site's own
+        conditions, the expressions that say the probabilities are read afterwards)."""
         q, k, v = texts["q"], texts["k"], texts["v"]
         causal = masks[0] if masks and masks[0][0] == "causal" else None
         mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
@@ -307,9 +307,7 @@ class EagerAttention(FunctionRule, Rule):
         test = sited(f"{HELPER}.can_fuse({', '.join([q, k, v] + mask_args + extra)})", when)
         cast = f".to({v}.dtype)" if att.value_cast else ""
         call = f"{HELPER}.fusion_attention(\n{_wrap(args, unit, len(indent) + len(unit))}\n){shape.result}{cast}"
-        fused = [f"return {call}\n" if form[0] == "return" else f"{form[1]} = {call}\n"]  # "inside": the temporary
-        fused += [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
-        return test, fused
+        return test, call, [f"{name} = None  # not formed by the fused kernel\n" for name in probs_none]
 
     def _keep_prob(self, att: Attention, piece: Slice) -> Optional[str]:
         dropout = att.dropout
@@ -325,11 +323,11 @@ class EagerAttention(FunctionRule, Rule):
         return atom(f"1 - {p} if {operand_code(piece, dropout['training'])} else 1.0")
 
     # -- probabilities read afterwards -----------------------------------------------------------
-    def _probabilities_read_after(self, att: Attention, piece: Slice, problem: str) -> Optional[str]:
-        """The name of the probabilities when ``problem`` says only the original defines it."""
-        if "is read after the region" not in problem:
+    def _probabilities_read_after(self, att: Attention, piece: Slice, problem: Refusal) -> Optional[str]:
+        """The name of the probabilities when ``problem`` is that they are read after the region."""
+        if problem.kind not in READ_AFTER:
             return None
-        name = problem.split("`")[1]
+        name = problem.name
         after = piece.view.env_before.get(id(piece.block.body[piece.end])) if piece.end < len(piece.block.body) else None
         bound = (after or {}).get(name)
         if bound is None:

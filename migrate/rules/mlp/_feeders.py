@@ -10,6 +10,7 @@ import libcst as cst
 
 from ...defuse import read
 from ...parens import atom
+from ...refusal import Refusal, unbound, unplaced
 from ...view.syntax import code
 from ...view.ops import Op
 
@@ -40,26 +41,26 @@ def inside(node: cst.CSTNode, container: cst.CSTNode, parents) -> bool:
     return False
 
 
-def removable(view, block, feeders: List[int], index: int, product: cst.CSTNode) -> Optional[str]:
+def removable(view, block, feeders: List[int], index: int, product: cst.CSTNode) -> Optional[Refusal]:
     """Why the statements ``feeders`` (before the product's statement ``index``) cannot be folded into
     the product, or None."""
     if not feeders:
         return None
     if feeders != list(range(feeders[0], index)):
-        return "other statements run between the projections and the product"
+        return unplaced("other statements run between the projections and the product")
     defined: Set[str] = set()
     for i in feeders:
         stmt = block.body[i]
         if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-            return "an intermediate statement is not a plain assignment"
+            return unplaced("an intermediate statement is not a plain assignment")
         for target in stmt.body[0].targets:
             names = _target_names(target.target)
             if names is None:
-                return "an intermediate statement assigns to something other than names"
+                return unplaced("an intermediate statement assigns to something other than names")
             defined |= set(names)
     reused = sorted(name for name in defined if _read_elsewhere(view, block, feeders, index, product, name))
     if reused:
-        return " and ".join(f"`{n}`" for n in reused) + " is read elsewhere in the function"
+        return unbound(" and ".join(f"`{n}`" for n in reused) + " is read elsewhere in the function")
     return None
 
 

@@ -4,7 +4,7 @@ where gate and up are either two projections of one input (``self.gate_proj(x)``
 projection split in two (``gate, up = self.gate_up_proj(x).chunk(2, dim=-1)``).
 
 ``gated_in(view)`` reads every product of the function once and returns a ``Gated`` match per
-gated MLP, or a ``Blocked`` one (with its reason and plan) for a gated MLP the fused kernels cannot
+gated MLP, or a ``Refusal`` one (with its reason and plan) for a gated MLP the fused kernels cannot
 express exactly. A product that is not a gated MLP (``x * F.silu(z)`` of unrelated tensors) is
 neither.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
-from ..results import Blocked
+from ...refusal import Refusal, RefusalKind, blocked
 from ...view.values import number, same_value
 from ...view import Value, View
 from ....opmap import Fallback
@@ -63,7 +63,7 @@ class Gated:
     dim: int = -1  # tensors: the weight axis that becomes the output's last
 
 
-Match = Union[Gated, Blocked]
+Match = Union[Gated, Refusal]
 
 
 def gated_in(view: View) -> List[Match]:
@@ -104,15 +104,15 @@ def _product(product: Value) -> Optional[Match]:
             clamped = _halves(product, act_value, kind, _unclamped(gate), _unclamped(up)) or \
                 _projections(product, act_value, kind, _unclamped(gate), _unclamped(up))
             if clamped is not None:
-                return Blocked(product.node, "clamped SwiGLU not fused: npu_clipped_swiglu computes it, but the "
+                return blocked(product.node, "clamped SwiGLU not fused: npu_clipped_swiglu computes it, but the "
                                              "emulated NPU cannot prove the rewrite", CLIPPED_PLAN)
         match = _halves(product, act_value, kind, gate, up) or _projections(product, act_value, kind, gate, up)
         if match is None:
             continue
         if isinstance(match, Gated) and kind not in ("silu", "gelu", "runtime"):
-            return Blocked(product.node, "ReLU-gated MLP not fused: torch_npu has no fused kernel for it", KERNEL_PLAN)
+            return blocked(product.node, "ReLU-gated MLP not fused: torch_npu has no fused kernel for it", KERNEL_PLAN)
         if isinstance(match, Gated) and kind == "gelu" and match.form == "tensors":
-            return Blocked(product.node, "GeGLU (GELU-gated MLP) over einsum/matmul projections not fused: "
+            return blocked(product.node, "GeGLU (GELU-gated MLP) over einsum/matmul projections not fused: "
                                          "npu_geglu needs both halves in one tensor (a copy per call)", GEGLU_PLAN)
         return match
     return None
@@ -133,7 +133,7 @@ def _halves(product, act_value, kind, gate, up) -> Optional[Match]:
     (tensor, first, last_dim) = g
     if first != 0 or not last_dim:
         why = "the second half is activated" if first != 0 else "the split is not along the last dim"
-        return Blocked(product.node, f"gated MLP not fused: {why}, but npu_swiglu/npu_geglu activate the first "
+        return blocked(product.node, f"gated MLP not fused: {why}, but npu_swiglu/npu_geglu activate the first "
                                      "half of the last dim", ORDER_PLAN)
     return Gated(product, act_value, kind, "halves", gate, up, source=tensor, cast=cast)
 
@@ -170,28 +170,29 @@ def _projections(product, act_value, kind, gate, up) -> Optional[Match]:
         return Gated(product, act_value, kind, "projections", gate, up, source=source, modules=(g_module, u_module))
     if g_module is None and u_module is None and gate.op == up.op and not _same_weight(gate, up):
         stacked = _stacking(gate)
-        if isinstance(stacked, str):
-            return Blocked(product.node, f"gated MLP not fused: {stacked}", STACK_PLAN)
+        if isinstance(stacked, Refusal):
+            return blocked(product.node, f"gated MLP not fused: {stacked}", STACK_PLAN)
         return Gated(product, act_value, kind, "tensors", gate, up, source=source,
                      weights=(_weight(gate), _weight(up)), equation=stacked[0], dim=stacked[1])
     return None
 
 
-def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], str]:
+def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], Refusal]:
     """(einsum equation or None for matmul, weight axis of the output's last dim) for stacking the
     gate and up weights so that one product gives [gate | up], or why they cannot be stacked."""
     if projection.op == Op.MATMUL:
         return None, -1
     if projection.op == Op.LINEAR:  # x @ w.T: the output's last dim is the weight's first
-        return ("...k,nk->...n", 0) if projection["bias"] is None else "F.linear projections with biases"
+        return ("...k,nk->...n", 0) if projection["bias"] is None else \
+            Refusal(RefusalKind.FORM, "F.linear projections with biases")
     equation = (projection["equation"].name or "").replace(" ", "") if projection["equation"] is not None else ""
     if equation.count("->") != 1 or equation.count(",") != 1:
-        return "an einsum without an explicit output"
+        return Refusal(RefusalKind.FORM, "an einsum without an explicit output")
     inputs, output = equation.split("->")
     left, right = inputs.split(",")
     last = output[-1:] if output and output[-1].isalpha() else ""
     if not last or last in left or right.count(last) != 1 or "." in right:
-        return "the einsum's last output dim does not come from the weight alone"
+        return Refusal(RefusalKind.FORM, "the einsum's last output dim does not come from the weight alone")
     return equation, right.index(last) - len(right)
 
 

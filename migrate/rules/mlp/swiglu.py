@@ -29,12 +29,10 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import Replace, Splice, template
-from ...guarded import region
 from ...parens import atom
-from ..results import Blocked
-from ...view.emit import sited
-from ...view.regions import _statement_index, enclosing_block, interior
+from ...refusal import Refusal, unavailable, unplaced
+from ...view.emit import Written, in_place, place, sited
+from ...view.regions import Slice, _statement_index, enclosing_block, interior
 from ._experts import DECORATOR, experts_gate, last_statement
 from ._feeders import Node, assigned, inside, operand, removable
 from ._match import Gated, gated_in
@@ -82,7 +80,7 @@ class SwiGlu(Rule):
             where = match.product.node if isinstance(match, Gated) else match.node
             if self.ctx.migrated(where):
                 continue  # a fused call or the fallback of a guard emitted before
-            if isinstance(match, Blocked):
+            if isinstance(match, Refusal):
                 self.report(match.node, match.reason, fallback=match.fallback, code=REPORT)
                 continue
             problem = self._rewrite(match, view)
@@ -129,7 +127,7 @@ class SwiGlu(Rule):
         return found
 
     # -- the fused call ---------------------------------------------------------------------------
-    def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], str]:
+    def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], Refusal]:
         """(call text with holes, holes, what it is) for the match, or why it cannot be written;
         ``operand(value)`` gives the text or the hole of an operand where the call runs."""
         holes: Dict[str, cst.CSTNode] = {}
@@ -148,7 +146,7 @@ class SwiGlu(Rule):
 
         act = self._act(m)
         if act is None:
-            return "the activation is not available as a function where the product is"
+            return unavailable("the activation is not available as a function where the product is")
         act_text = put("act", act) if not isinstance(act, str) else act
         glu = {"silu": "swiglu", "gelu": "geglu", "runtime": "glu"}[m.kind]
         approximate = [f"approximate={self._approximate(m)}"] if m.kind == "gelu" and act == "None" else []
@@ -158,7 +156,7 @@ class SwiGlu(Rule):
             if m.cast is not None:
                 cast = self._cast(m.cast)
                 if cast is None:
-                    return "the halves are cast to a dtype that is not a plain name"
+                    return unavailable("the halves are cast to a dtype that is not a plain name")
                 tensor = f"{tensor}.{cast}"
             args, what = [act_text, tensor], "fused gate_up projection split with chunk(2)"
         elif m.form == "projections":
@@ -171,7 +169,7 @@ class SwiGlu(Rule):
         if m.form == "halves":
             glu = f"{glu}_halves"
         if missing:
-            return f"the {missing[0]} operand is not available where the product is"
+            return unavailable(f"the {missing[0]} operand is not available where the product is")
         name = {"silu": "SwiGLU", "gelu": "GeGLU", "runtime": "SwiGLU/GeGLU"}[m.kind]
         return sited(f"{HELPER}.{glu}({', '.join(args + approximate + order)})"), holes, f"{name} ({what})"
 
@@ -222,11 +220,11 @@ class SwiGlu(Rule):
         return found
 
     # -- where it goes ------------------------------------------------------------------------------
-    def _rewrite(self, m: Gated, view) -> Optional[str]:
+    def _rewrite(self, m: Gated, view) -> Optional[Refusal]:
         parents = self.ctx.tree.parents()
         block, index = enclosing_block(m.product.node, parents)
         if block is None:
-            return "the product is not inside a block of statements"
+            return unplaced("the product is not inside a block of statements")
         kept = [m.source, *m.modules, *m.weights, m.act["module"], m.act["callee"]]
         kept = [v for v in kept if v is not None]
         feeders: Set[int] = set()
@@ -240,8 +238,7 @@ class SwiGlu(Rule):
             else:
                 feeders.add(at)
         if outside:
-            problem = self._optional_up(m, view, block, index, parents)
-            return problem if problem != "" else None
+            return self._optional_up(m, view, block, index, parents)
         # the statements that compute the operands themselves fold into the call too, when nothing else reads them
         own = {at for at in (_statement_index(block, v.node, parents) for v in kept
                              if view.home(v) and not inside(v.node, m.product.node, parents)) if at is not None and at < index}
@@ -253,24 +250,25 @@ class SwiGlu(Rule):
             here = view.env_before.get(id(block.body[min(folded, default=index)]), {})
             problem = removable(view, block, sorted(folded), index, m.product.node)
             made = problem or self._call(m, lambda v: operand(view, v, block, folded, here, m.product.node, parents))
-            if not isinstance(made, str):
+            if not isinstance(made, Refusal):
                 feeders = folded
                 break
             first = first or made
         else:
             return first
         text, holes, what = made
-        edits = [Replace(m.product.node, template(text, **holes))]
-        if feeders:
-            edits.append(Splice(block, min(feeders), index))
         if m.form != "halves":
             what = what[:-1] + " in separate statements)" if feeders else what.replace("(gate", "(separate gate")
-        self._found(m, what, edits)
+        in_place(self, m.product.node, Written("", text, self._message(m, what), holes=tuple(holes.items())),
+                 target=self._target(m), helpers=[HELPER], folded=(block, min(feeders), index) if feeders else None)
         return None
 
-    def _found(self, m: Gated, label: str, edits) -> None:
-        target = "torch_npu.npu_geglu" if m.kind == "gelu" else "torch_npu.npu_swiglu"
-        shown = target
+    @staticmethod
+    def _target(m: Gated) -> str:
+        return "torch_npu.npu_geglu" if m.kind == "gelu" else "torch_npu.npu_swiglu"
+
+    def _message(self, m: Gated, label: str) -> str:
+        shown = self._target(m)
         if m.kind == "silu":
             proof = "SiLU proven"
         elif m.kind == "gelu":
@@ -278,34 +276,30 @@ class SwiGlu(Rule):
         else:
             shown = "torch_npu.npu_swiglu / npu_geglu"
             proof = f"`{code(self._act(m).node)}` checked to be SiLU or GELU at run time"
-        self.rewrite(m.product.node, f"{label} → {shown} (guarded: {proof}; original kept)", target=target,
-                     edits=edits, helpers=[HELPER])
+        return f"{label} → {shown} (guarded: {proof}; original kept)"
 
-    def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[str]:
+    def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[Refusal]:
         """``h = act(gate(x))`` then ``if flag: h = h * up(x)``: a guarded region over both statements
-        whose fused branch computes the gated product when the flag holds. "" when done, else why not."""
+        whose fused branch computes the gated product when the flag holds. None when done, else why not."""
         stmt = block.body[index]
         holder = parents.get(id(block))
         outer, at = enclosing_block(holder, parents) if isinstance(holder, cst.If) else (None, -1)
         if outer is None or holder.orelse is not None or len(block.body) != 1 or m.form == "halves":
-            return "part of it is computed in another block"
+            return unplaced("part of it is computed in another block")
         target = assigned(stmt)
         act_stmt = at - 1
         if target is None or act_stmt < 0 or assigned(outer.body[act_stmt]) != target \
                 or view.values.get(id(outer.body[act_stmt].body[0].value)) is not m.act:
-            return "part of it is computed in another block"
+            return unplaced("part of it is computed in another block")
         here = view.env_before.get(id(outer.body[act_stmt]), {})
         made = self._call(m, lambda value: operand(view, value, outer, {act_stmt}, here, None, parents,
                                                     moved=(outer.body[act_stmt], stmt)))
-        if isinstance(made, str):
+        if isinstance(made, Refusal):
             return made
         text, holes, what = made
         act = self._act(m)
         guard = sited(f"{HELPER}.is_glu({atom(code(act.node)) if not isinstance(act, str) else act})", ["{flag}"])
-        edit = region(view.func.body, outer, act_stmt, at + 1, template(guard, flag=holder.test),
-                      [template(f"{target} = {text}\n", **holes)], at_entry=True,
-                      unit=self.ctx.indentation(outer)[1])
-        if isinstance(edit, str):
-            return edit
-        self._found(m, f"{what.split(' (')[0]} (gate and up projections, up under `{code(holder.test)}`)", [edit])
-        return ""
+        message = self._message(m, f"{what.split(' (')[0]} (gate and up projections, up under `{code(holder.test)}`)")
+        written = Written(guard, text, message, outputs=(target,), holes=(*holes.items(), ("flag", holder.test)))
+        return place(self, view.func.body, Slice(view, outer, act_stmt, at + 1, ()), written, note=None,
+                     target=self._target(m), helpers=[HELPER], anchor=m.product.node)

@@ -15,15 +15,16 @@ cast back to x's dtype (``.to(input_dtype)``, ``.type_as(x)``), to the weight's,
 ``(1 + w) if add_unit_offset else w``. The mean runs over the last dim, or over a dim the code
 knows only at run time (litgpt's ``self.dim``), which the guard checks.
 
-``match(value)`` gives a ``Norm``, raises ``Mismatch`` with a reason when the value holds an
-inverse RMS the kernel does not reproduce around it, or gives None. ``output_sources`` says which
-dtypes the original's result is promoted from, so that a fused call can be cast to it.
+``match(value)`` gives a ``Norm``, a ``Refusal`` (kind FORM, with the reason) when the value holds an
+inverse RMS the kernel does not reproduce around it, or None (inside, the readers raise
+``_Mismatch``, which ``match`` turns into the refusal). ``output_sources`` says which dtypes the
+original's result is promoted from, so that a fused call can be cast to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple, Union
 
 from ...view.values import number
 from ...view.shapes import equal
@@ -31,6 +32,7 @@ from ...view.regions import interior
 from ...view.syntax import code
 from ...view import Value
 from ...view.ops import Op
+from ...refusal import Refusal, RefusalKind
 
 FLOAT32 = ("torch.float32", "torch.float")
 HALVES = ("torch.float16", "torch.half")
@@ -40,7 +42,7 @@ NEVER_CAST_BACK = "x is normalised in float32 and never cast back, but the fused
 WEIGHT_OPS = (Op.PARAM, Op.ATTR, Op.FREE, Op.NAME, Op.GETITEM, Op.CAST, Op.SAME, Op.PHI, Op.ADD)
 
 
-class Mismatch(Exception):
+class _Mismatch(Exception):
     """The value holds an inverse RMS, but not in a form the kernel reproduces; ``reason`` says why."""
 
     def __init__(self, reason: str, core: Optional[Value] = None) -> None:
@@ -172,7 +174,7 @@ def _without_eps(value: Optional[Value]) -> bool:
 def _normalised(group: List[Value]) -> Optional[_Part]:
     """The normalised part when ``group`` (one or two factors) is one."""
     if any(_without_eps(v) or v.op == Op.DIV and _without_eps(v["other"]) for v in group):
-        raise Mismatch("no eps is added to the mean of squares (npu_rms_norm adds its epsilon inside the root)")
+        raise _Mismatch("no eps is added to the mean of squares (npu_rms_norm adds its epsilon inside the root)")
     if len(group) == 2:
         for scaled, inv in (group, group[::-1]):
             if inv.op == Op.CAST and inv.input is not None and inv.input.op == Op.RSQRT and cast_target(inv) is not None \
@@ -205,7 +207,7 @@ def _split(items: List[Value]) -> Tuple[_Part, List[Value]]:
         part = _normalised([items[i] for i in group])
         if part is not None:
             return part, [f for i, f in enumerate(items) if i not in group]
-    raise Mismatch(GENERIC)
+    raise _Mismatch(GENERIC)
 
 
 def _peel_cast_back(value: Value) -> Tuple[Value, Optional[Value]]:
@@ -216,14 +218,14 @@ def _peel_cast_back(value: Value) -> Tuple[Value, Optional[Value]]:
 
 
 def _weight(value: Value) -> Tuple[Value, bool]:
-    """(weight, Gemma's 1 + weight) for the weight factor, or Mismatch."""
+    """(weight, Gemma's 1 + weight) for the weight factor, or _Mismatch."""
     inner, _ = upcast(value)
     if inner.op == Op.ADD:
         for one, other in ((inner.input, inner["other"]), (inner["other"], inner.input)):
             if number(one) == 1:
                 return upcast(other)[0], True
     if value.op not in WEIGHT_OPS or value.op == Op.ADD:
-        raise Mismatch(f"the norm is multiplied by `{_text(value)}`, not by a weight parameter (a gated norm?)")
+        raise _Mismatch(f"the norm is multiplied by `{_text(value)}`, not by a weight parameter (a gated norm?)")
     return inner, False
 
 
@@ -244,8 +246,16 @@ def _depends_on(value: Value, x: Value) -> bool:
     return any(equal(v, x) for v in interior(value, []))
 
 
-def match(value: Value) -> Optional[Norm]:
-    """The RMSNorm ``value`` computes, None when it holds no inverse RMS, or Mismatch."""
+def match(value: Value) -> Union[Norm, Refusal, None]:
+    """The RMSNorm ``value`` computes, None when it holds no inverse RMS, or why the kernel cannot
+    compute it."""
+    try:
+        return _match(value)
+    except _Mismatch as exc:
+        return Refusal(RefusalKind.FORM, exc.reason, node=exc.core.node if exc.core is not None else None)
+
+
+def _match(value: Value) -> Optional[Norm]:
     if value.op not in (Op.MUL, Op.DIV, Op.CAST, Op.RMS_NORM, Op.PHI):
         return None
     if not _holds_core(value):
@@ -255,27 +265,27 @@ def match(value: Value) -> Optional[Norm]:
     part, rest = _split_part(items)
     if len(rest) > 1:
         texts = " * ".join(f"`{_text(f)}`" for f in rest)
-        raise Mismatch(f"the norm is multiplied by {texts}: more than one weight (a gated or scaled norm?)", part.core)
+        raise _Mismatch(f"the norm is multiplied by {texts}: more than one weight (a gated or scaled norm?)", part.core)
     weight, gemma = part.weight, False
     if rest:
         if part.weight is not None:
-            raise Mismatch("the norm is multiplied by a weight twice (F.rms_norm's and another)", part.core)
+            raise _Mismatch("the norm is multiplied by a weight twice (F.rms_norm's and another)", part.core)
         if rest[0].op == Op.PHI and half_branch_target(rest[0]) is None and not _is_offset(rest[0]):
-            raise Mismatch(BRANCHES, part.core)
+            raise _Mismatch(BRANCHES, part.core)
         weight, gemma = _weight(rest[0])
     x, _ = upcast(part.operand)
     if x.op == Op.SUB and x["other"] is not None and x["other"].op == Op.MEAN:
-        raise Mismatch("the mean is subtracted first (a LayerNorm-style norm, not RMSNorm)", part.core)
+        raise _Mismatch("the mean is subtracted first (a LayerNorm-style norm, not RMSNorm)", part.core)
     if weight is not None and (_depends_on(weight, x) or weight.op == Op.CONST):
-        raise Mismatch(f"the norm is multiplied by `{_text(rest[0])}`, not by a weight parameter (a gated norm?)",
+        raise _Mismatch(f"the norm is multiplied by `{_text(rest[0])}`, not by a weight parameter (a gated norm?)",
                        part.core)
     dim = _dim(part)
     norm = Norm(value, x, part.eps, weight, gemma, dim, part.shape, core=part.core)
     for target in (outer, part.cast):
         if target is not None and not equal(target, x) and not (weight is not None and equal(target, weight)):
-            raise Mismatch("the result is cast to a dtype other than the input's", part.core)
+            raise _Mismatch("the result is cast to a dtype other than the input's", part.core)
     if outer is not None and part.cast is not None:
-        raise Mismatch("the result is cast back twice", part.core)
+        raise _Mismatch("the result is cast back twice", part.core)
     norm.dtype = output_dtype(value, norm)
     return norm
 
@@ -284,7 +294,7 @@ def _split_part(items: List[Value]):
     """``_split`` over the factors, where one factor may be the normalised part cast back."""
     try:
         return _split(items)
-    except Mismatch as exc:
+    except _Mismatch as exc:
         reason = exc.reason
     for index, item in enumerate(items):
         inner, target = _peel_cast_back(item)
@@ -294,14 +304,14 @@ def _split_part(items: List[Value]):
             continue
         try:
             part, more = _split(factors(inner))
-        except Mismatch:
+        except _Mismatch:
             continue
         if more:
             continue  # a weight inside the cast: read from the outer product only
         part.cast = target
         return part, [f for i, f in enumerate(items) if i != index]
     phi = next((f for f in items if f.op == Op.PHI), None)
-    raise Mismatch(BRANCHES if phi is not None else reason)
+    raise _Mismatch(BRANCHES if phi is not None else reason)
 
 
 def _is_offset(value: Value) -> bool:
@@ -314,14 +324,14 @@ def _is_offset(value: Value) -> bool:
 
 
 def _dim(part: _Part) -> Optional[Value]:
-    """The reduction dim when it is known only at run time; Mismatch when it is not the last."""
+    """The reduction dim when it is known only at run time; _Mismatch when it is not the last."""
     if part.mean is None:
         return None
     dim, keepdim = part.mean["dim"], part.mean["keepdim"]
     if keepdim is None or number(keepdim) != 1:
-        raise Mismatch("the mean is taken without keepdim=True", part.core)
+        raise _Mismatch("the mean is taken without keepdim=True", part.core)
     if dim is None or (dim.op == Op.CONST and number(dim) != -1) or dim.op == Op.TUPLE:
-        raise Mismatch("the mean runs over dims other than the last one", part.core)
+        raise _Mismatch("the mean runs over dims other than the last one", part.core)
     return None if dim.op == Op.CONST else dim
 
 
@@ -352,11 +362,11 @@ def output_sources(value: Value, norm: Norm, depth: int = 0) -> Optional[Set[str
 
 
 def output_dtype(value: Value, norm: Norm) -> Optional[str]:
-    """"x" or "promoted" (see ``Norm.dtype``), None when only equal dtypes are proven; Mismatch for
+    """"x" or "promoted" (see ``Norm.dtype``), None when only equal dtypes are proven; _Mismatch for
     a float32 result the kernel does not return."""
     found = output_sources(value, norm)
     if found is None:
         return None
     if "f32" in found:
-        raise Mismatch(NEVER_CAST_BACK, norm.core)
+        raise _Mismatch(NEVER_CAST_BACK, norm.core)
     return "x" if found == {"x"} else "promoted"

@@ -51,14 +51,13 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import template
-from ...guarded import region
-from ...view.emit import sited
+from ...view.emit import Written, place, sited
 from ...view.ops import Op
+from ...view.regions import Slice
 from ...view.scope import _params, class_attributes, module_classes
 from ...view.syntax import code
 from ..base import Rule
-from ._match import Mismatch, Norm, match
+from ._match import Norm, match
 from .rms_norm import RmsNorm
 
 TARGET = "torch_npu.npu_add_rms_norm"
@@ -113,17 +112,13 @@ class AddRmsNorm(Rule):
         kind, weight, eps = norm
         module = code(call.func)
         kept = alias_name if start == last - 2 else (summed if summed != normed else None)
-        outputs = f"{normed}, {kept}" if kept else normed
-        index = "" if kept else "[0]"
-        guard = sited(f"{HELPER}.add_rms_norm_fits({{a}}, {{b}}, {module}, {kind}, {module}.{weight})")
-        fused = f"{outputs} = {HELPER}.add_rms_norm({{a}}, {{b}}, {module}.{weight}, {eps}){index}\n"
-        edit = region(func.body, block, start, last + 1, template(guard, a=add.left, b=add.right),
-                      [template(fused, a=add.left, b=add.right)], note=NOTE, at_entry=True,
-                      unit=self.ctx.indentation(block)[1])
-        if isinstance(edit, str):
-            return  # the norm module's own forward is fused (NPU320); the add stays as written
-        self.rewrite(block.body[start], f"residual add + {kind} module → {TARGET} (guarded: inference; "
-                                        "original kept)", target=TARGET, edits=[edit], helpers=[HELPER])
+        written = Written(sited(f"{HELPER}.add_rms_norm_fits({{a}}, {{b}}, {module}, {kind}, {module}.{weight})"),
+                          f"{HELPER}.add_rms_norm({{a}}, {{b}}, {module}.{weight}, {eps})",
+                          f"residual add + {kind} module → {TARGET} (guarded: inference; original kept)",
+                          outputs=(normed, kept or ""), holes=(("a", add.left), ("b", add.right)))
+        # refused: the norm module's own forward is fused (NPU320); the add stays as written
+        place(self, func.body, Slice(None, block, start, last + 1, ()), written, note=NOTE, target=TARGET,
+              helpers=[HELPER])
 
     def _norm_module(self, holder: cst.ClassDef, callee: cst.BaseExpression) -> Optional[tuple]:
         """(class name, weight attribute, eps source) when ``callee`` is ``self.<attr>`` set in
@@ -161,11 +156,8 @@ class AddRmsNorm(Rule):
 def _norm_of(view) -> Optional[Norm]:
     """The RMSNorm the function returns, when all it returns is one."""
     result = view.result()
-    try:
-        norm = match(result) if result is not None else None
-    except Mismatch:
-        return None
-    return norm if norm is not None and norm.out is result else None
+    norm = match(result) if result is not None else None
+    return norm if isinstance(norm, Norm) and norm.out is result else None
 
 
 def _own_attribute(value) -> Optional[str]:

@@ -34,10 +34,11 @@ import libcst as cst
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
 from ...edits import SITE, template
-from ...view.emit import emit, operand_text, sited
+from ...view.emit import Written, emit, operand_text, sited
+from ...refusal import Refusal, unavailable
 from ...view.values import number
 from ...view.regions import interior
-from ._match import GENERIC, Mismatch, Norm, has_eps, is_core, match
+from ._match import GENERIC, Norm, has_eps, is_core, match
 from .._table import TORCH_NPU
 from ..base import Rule
 from ....opmap import Fallback
@@ -173,12 +174,10 @@ class RmsNorm(Rule):
                 continue
             if is_core(value) or value.op == Op.RMS_NORM:
                 cores.append(value)
-            try:
-                norm = match(value)
-            except Mismatch as exc:
-                mismatches.append((value, exc.reason))
-                continue
-            if norm is not None:
+            norm = match(value)
+            if isinstance(norm, Refusal):
+                mismatches.append((value, norm.reason))
+            elif norm is not None:
                 norms.append(norm)
         norms.sort(key=lambda n: -len(interior(n.out, [n.x])))
         return norms, cores, mismatches
@@ -205,7 +204,7 @@ class RmsNorm(Rule):
                    for n in self.ctx.tree.subtree(func))
 
     # -- the rewrite ----------------------------------------------------------------------------
-    def _fuse(self, norm: Norm, func: cst.FunctionDef) -> Optional[str]:
+    def _fuse(self, norm: Norm, func: cst.FunctionDef) -> Optional[Refusal]:
         """Emit the rewrite of one norm; None when done, else why not."""
         view = self.ctx.view(func)
         functional = norm.core.op == Op.RMS_NORM
@@ -232,14 +231,15 @@ class RmsNorm(Rule):
             isinstance(s, cst.Return) and s.value is norm.out.node for s in last.body)
 
     def _write(self, norm: Norm, piece, message: str):
-        """(guard, fused call, message) with the operands written where the guard runs, or why not."""
+        """The norm written with its operands where the guard runs, or why not."""
         texts = {}
         for name in ("x", "weight", "eps", "dim", "shape"):
             value = getattr(norm, name)
             if value is not None:
                 texts[name] = operand_text(piece, value)
                 if texts[name] is None:
-                    return f"the norm's {name} is not available as a plain name where the fused call would run"
+                    return unavailable(f"the norm's {name} is not available as a plain name where the fused call "
+                                       "would run")
         x, weight = texts["x"], texts.get("weight")
         eps = self._eps(norm, texts.get("eps"))
         shape = texts.get("shape")
@@ -264,7 +264,7 @@ class RmsNorm(Rule):
             guard = f"{HELPER}.rms_norm_fits({x}, {weight}{shape_kw}, mixed_dtype=True)"
             dtype = f", dtype={x}.dtype" if norm.dtype == "x" else ""
             fused = f"{HELPER}.rms_norm({x}, {weight}, {eps}{dtype})"
-        return sited(guard, guards), fused, message
+        return Written(sited(guard, guards), fused, message)
 
     @staticmethod
     def _eps(norm: Norm, text: Optional[str]) -> str:

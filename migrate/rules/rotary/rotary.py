@@ -28,7 +28,8 @@ import libcst as cst
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
 from ...edits import ImportSpec
-from ...view.emit import emit, operand_text, sited
+from ...view.emit import Written, emit, operand_text, sited
+from ...refusal import unavailable
 from ...view.regions import statement_of
 from ._match import COMPLEX, FULL, Rope, may_rotate, ropes, unmatched
 from ...view.syntax import code
@@ -118,7 +119,7 @@ class Rotary(Rule):
             self._report(rope.out.node, "operands", self._operands_message(rope, why))
 
     def _write(self, rope: Rope, piece):
-        """(guard, fused call, message) with x, cos (and sin) written where the guard runs, or why not."""
+        """The rotation written with x, cos (and sin) where the guard runs, or why not."""
         choices = [(rope.x, False)]
         if rope.pairs is not None:
             choices.insert(0, (rope.pairs, True))  # the code's own pairs tensor, when it has a name
@@ -130,7 +131,7 @@ class Rotary(Rule):
         cast = self._cast(rope, piece)
         if cast is not None and None not in tables:
             return self._calls(rope, [f"{cast[0]}.to({cast[1]})", *tables], False, cast)
-        return "x, cos and sin must be plain names (the guard reads them twice)"
+        return unavailable("x, cos and sin must be plain names (the guard reads them twice)")
 
     @staticmethod
     def _cast(rope: Rope, piece) -> Optional[tuple]:
@@ -150,7 +151,7 @@ class Rotary(Rule):
         return (base, dtype_text) if base is not None and dtype_text is not None else None
 
     def _calls(self, rope: Rope, texts: List[str], paired: bool, cast: Optional[tuple] = None):
-        """(guard, fused call, message) as source; ``paired``: x is given as its channel pairs;
+        """The guarded call as source; ``paired``: x is given as its channel pairs;
         ``cast``: (x, dtype) when x is cast for the rotation (the guard reads x without the cast)."""
         mode = rope.mode
         x = texts[0]
@@ -181,7 +182,7 @@ class Rotary(Rule):
         subject = cast[0] if cast else x
         message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
         needs = [ImportSpec("torch")] if cast and cast[1].startswith("torch.") else []
-        return guard, fused, message, needs
+        return Written(guard, fused, message, imports=tuple(needs))
 
     def _record(self, rope: Rope) -> str:
         return RECORDS[rope.mode if rope.form == FULL else rope.form]

@@ -11,7 +11,7 @@ the weights the experts' outputs are scaled by. Three kinds, one per torch_npu k
   (``w / (w.sum(-1, keepdim=True) + eps)``, possibly under a flag) and scaled
   (``routed_scaling_factor``) → ``npu_moe_gating_top_k``.
 
-``routers_in(view)`` returns a ``Router`` per top-k that is a router, or a ``Blocked`` one (why the
+``routers_in(view)`` returns a ``Router`` per top-k that is a router, or a ``Refusal`` one (why the
 kernels cannot express it, with a plan). A top-k in a function that names no expert, router, gate or
 MoE is not a router (top-k sampling, detection post-processing).
 """
@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
-from ..results import Blocked
+from ...refusal import Refusal, blocked
 from ...view.values import number
 from ._groups import Groups, masked
 from ...view import Value, View
@@ -67,7 +67,7 @@ class Router:
     values: List[Value] = field(default_factory=list)  # every value of the router (for the region)
 
 
-Match = Union[Router, Blocked]
+Match = Union[Router, Refusal]
 
 
 def routers_in(view: View) -> List[Match]:
@@ -155,14 +155,14 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     if scores is None:
         if groups is None and selection.op != Op.ADD and not _mentions_scores(selection):
             return _topk_softmax(topk, graph, indices, firsts)
-        return Blocked(topk.node, "MoE router not fused: the experts are chosen by scores that are not softmax or "
+        return blocked(topk.node, "MoE router not fused: the experts are chosen by scores that are not softmax or "
                                   "sigmoid of the logits (plus a bias)", PLANS["scores"])
     if not _last(topk["dim"], default=True) or (scores.op == Op.SOFTMAX and not _last(scores["dim"])):
-        return Blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
+        return blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
     # the top-k values are the unbiased scores (masked experts, -inf or 0 below every kept score, are never chosen)
     weights = _gathered(scores, indices[0], graph) or (firsts[0] if firsts and bias is None else None)
     if weights is None and any(graph.uses(first) for first in firsts):
-        return Blocked(topk.node, "MoE router not fused: its weights are the top-k of the biased or masked selection "
+        return blocked(topk.node, "MoE router not fused: its weights are the top-k of the biased or masked selection "
                                   "scores, which no gating kernel returns", PLANS["scores"])
     router = Router(topk, "softmax", scores.input, topk["k"], weights, indices[0], probs=scores, norm=scores.op,
                     dim=scores["dim"], dtype=_dtype(scores), bias=bias, groups=groups, experts=experts)
@@ -170,9 +170,9 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
         return router
     router.kind = "grouped"
     if weights is not None:
-        blocked = _weighting(router, graph)
-        if blocked is not None:
-            return blocked
+        refused = _weighting(router, graph)
+        if refused is not None:
+            return refused
     return router
 
 
@@ -244,12 +244,12 @@ def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match
     if len(softmaxes) != 1:
         later = [u for first in firsts for u in _below(first, graph, 3) if u.op in (Op.SOFTMAX, Op.SIGMOID)]
         if later:  # llama4: the top-k logits scattered back over all experts, then a sigmoid
-            return Blocked(topk.node, f"MoE router not fused: a {later[0].op} computed after the top-k of the raw "
+            return blocked(topk.node, f"MoE router not fused: a {later[0].op} computed after the top-k of the raw "
                                       "logits, in a form no gating kernel computes", PLANS["scores"])
         return None
     softmax = softmaxes[0]
     if not (_last(topk["dim"], default=True) and _last(softmax["dim"])):
-        return Blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
+        return blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
     return Router(topk, "topk_softmax", topk.input, topk["k"], softmax, indices[0], dim=softmax["dim"],
                   dtype=_dtype(softmax))
 
@@ -271,9 +271,9 @@ def _below(value: Value, graph: _Graph, depth: int) -> List[Value]:
     return found
 
 
-def _weighting(router: Router, graph: _Graph) -> Optional[Blocked]:
+def _weighting(router: Router, graph: _Graph) -> Optional[Refusal]:
     """Extend ``router.weights`` over its renormalisation and scaling, as npu_moe_gating_top_k computes
-    them; a Blocked site when the code's weights differ from every form of the kernel."""
+    them; a Refusal site when the code's weights differ from every form of the kernel."""
     weights = router.weights
     renormed = _renormalised(weights, graph)
     if renormed is not None:
@@ -284,7 +284,7 @@ def _weighting(router: Router, graph: _Graph) -> Optional[Blocked]:
             router.renormalised = True
             router.flags += (flag,) if flag is not None else ()
     elif router.norm == "sigmoid":
-        return Blocked(router.topk.node, "MoE router not fused: the sigmoid weights are not renormalised right after "
+        return blocked(router.topk.node, "MoE router not fused: the sigmoid weights are not renormalised right after "
                                          "they are gathered (npu_moe_gating_top_k renormalises them)", PLANS["renorm"])
     scaled = [u for u in graph.uses(weights) if u.op == Op.MUL and _scalar(u, weights)]
     if len(scaled) == 1 and len(graph.uses(weights)) == 1:

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import libcst as cst
 
 from ...edits import template
+from ...refusal import Refusal, unplaced
 from ...view.regions import Slice, interior, operand_code
 from ...view.syntax import code
 from ...view.ops import Op
@@ -27,7 +28,7 @@ def named(piece: Slice, value) -> Optional[str]:
     return text
 
 
-def branching(r, piece: Slice) -> Optional[str]:
+def branching(r, piece: Slice) -> Optional[Refusal]:
     """Why the region holds a compound statement the fused code would replace wrongly: only
     ``if <flag>:`` around the renormalisation may be in it (the flag joins the guard)."""
     flags = {id(flag.node) for flag in r.flags if flag.node is not None}
@@ -36,7 +37,7 @@ def branching(r, piece: Slice) -> Optional[str]:
         if index in piece.hoisted or isinstance(stmt, cst.SimpleStatementLine):
             continue
         if not (isinstance(stmt, cst.If) and stmt.orelse is None and id(stmt.test) in flags):
-            return "part of the router is computed inside a branch or loop (if/for/with)"
+            return unplaced("part of the router is computed inside a branch or loop (if/for/with)")
     return None
 
 
@@ -66,7 +67,7 @@ def _blocks(node, parents) -> List[tuple]:
     return found
 
 
-def router_slice(view, roots: Sequence, operands: Sequence, parents) -> Union[Slice, str]:
+def router_slice(view, roots: Sequence, operands: Sequence, parents) -> Union[Slice, Refusal]:
     """The statements of one block of this function that compute ``roots`` from ``operands``
     (values of inlined helpers count at their call; values made by the view at their inputs'),
     with the statements in between that compute none of it hoisted before the guard."""
@@ -77,7 +78,7 @@ def router_slice(view, roots: Sequence, operands: Sequence, parents) -> Union[Sl
             if node is not None:
                 nodes.append(node)
     if not nodes:
-        return "the router is not written in this function"
+        return unplaced("the router is not written in this function")
     chains = [_blocks(node, parents) for node in nodes]
     common = None
     for block, _ in chains[0]:
@@ -85,7 +86,7 @@ def router_slice(view, roots: Sequence, operands: Sequence, parents) -> Union[Sl
             common = block
             break
     if common is None:
-        return "the router spans more than one block"
+        return unplaced("the router spans more than one block")
     indices = {next(i for b, i in chain if b is common) for chain in chains}
     start, end = min(indices), max(indices) + 1
     return Slice(view, common, start, end, tuple(i for i in range(start, end) if i not in indices))

@@ -35,12 +35,10 @@ import libcst as cst
 
 from ...context import HELPER
 from ...diagnostics import DiagnosticCode
-from ...edits import template
-from ...guarded import region
 from ...parens import atom
-from ..results import Blocked
+from ...refusal import Refusal, RefusalKind, unavailable, unbound
 from ...view.values import number
-from ...view.emit import sited
+from ...view.emit import Written, place, sited
 from ...view.regions import Slice, operand_code, statement_of
 from ._region import TEMP, bound, branching, env_after, named, router_slice, tail_of
 from ._match import Router, names_a_router, routers_in
@@ -58,7 +56,6 @@ MOVED_PLAN = Fallback("manual", "Keep the original code (it runs on the NPU, unf
                                 "do not reassign, then run migrate again.")
 KERNELS = {"softmax": "torch_npu.npu_moe_gating_top_k_softmax", "topk_softmax": "torch_npu.npu_moe_gating_top_k_softmax_v2",
            "grouped": "torch_npu.npu_moe_gating_top_k"}
-ONLY_ORIGINAL = "is read after the region but only the original branch defines it"
 ARITHMETIC = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "//"}
 
 
@@ -79,7 +76,7 @@ class MoeGating(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._done: Set[int] = set()  # top-k nodes already handled (a helper is read alone and where it is inlined)
-        self._blocked: Dict[int, Blocked] = {}  # reported at the end of the file, unless fused at a caller
+        self._blocked: Dict[int, Refusal] = {}  # reported at the end of the file, unless fused at a caller
 
     @classmethod
     def may_find(cls, words) -> bool:
@@ -109,7 +106,7 @@ class MoeGating(Rule):
             where = topk.node if topk is not None else match.node
             if where is None or self.ctx.migrated(where) or id(where) in self._done or self._migrated_here(match, view):
                 continue
-            if isinstance(match, Blocked):
+            if isinstance(match, Refusal):
                 self._blocked.setdefault(id(where), match)
                 continue
             self._done.add(id(where))
@@ -127,7 +124,7 @@ class MoeGating(Rule):
         return any(v is not None and v.node is not None and view.home(v) and self.ctx.migrated(v.node) for v in values)
 
     # -- one router ------------------------------------------------------------------------------
-    def _fuse(self, r: Router, view) -> Optional[str]:
+    def _fuse(self, r: Router, view) -> Optional[Refusal]:
         parents = self.ctx.tree.parents()
         operands = [v for v in (r.logits, r.k, r.bias, r.experts, r.scale, r.eps, r.dim, *r.flags) if v is not None]
         if r.groups is not None:
@@ -136,33 +133,30 @@ class MoeGating(Rule):
         for with_probs in (False, True):
             outputs = [v for v in (r.weights, r.indices, r.probs if with_probs else None) if v is not None]
             piece = router_slice(view, outputs, operands, parents)
-            if isinstance(piece, str):
+            if isinstance(piece, Refusal):
                 return piece
             branch = branching(r, piece)
             if branch is not None and r.probs is not None and not with_probs:
                 # the scores are computed before a branch the rest is in (DeepSeek-V2's topk_method): the
                 # region starts after them inside the branch; the kernel computes them again from the logits
                 piece = router_slice(view, outputs, [*operands, r.probs], parents)
-                branch = branch if isinstance(piece, str) else branching(r, piece)
+                branch = branch if isinstance(piece, Refusal) else branching(r, piece)
             if branch is not None:
                 return branch
             written = self._code(r, piece, with_probs)
-            if isinstance(written, str):
+            if isinstance(written, Refusal):
                 return why or written
-            guard, fused = written
-            returns = fused[-1].text.startswith("return ")
-            edit = region(view.func.body, piece.block, piece.start, piece.end, template(guard),
-                          fused, note=NOTE, hoisted=piece.hoisted, at_entry=True, fallthrough=returns,
-                          unit=self.ctx.indentation(piece.block)[1])
-            if not isinstance(edit, str):
-                self._found(r, piece, edit, with_probs)
+            kernel = KERNELS[r.kind] + ("_v2" if r.kind == "softmax" and with_probs else "")
+            anchor = statement_of(r.topk.node, self.ctx.tree.parents()) if piece.view.home(r.topk) else None
+            why = place(self, view.func.body, piece, written, note=NOTE, target=kernel, imports=[TORCH_NPU],
+                        helpers=[HELPER], anchor=anchor)
+            if why is None:
                 return None
-            why = edit
-            if ONLY_ORIGINAL not in edit or r.probs is None or with_probs:
-                return edit
+            if why.kind is not RefusalKind.READ_AFTER_ORIGINAL_ONLY or r.probs is None or with_probs:
+                return why  # (the scores read afterwards: the kernel that gives them is tried next)
         return why
 
-    def _found(self, r: Router, piece: Slice, edit, with_probs: bool) -> None:
+    def _message(self, r: Router, piece: Slice, with_probs: bool) -> str:
         k = operand_code(piece, r.k)
         if r.kind == "softmax":
             form = "softmax → topk"
@@ -175,18 +169,16 @@ class MoeGating(Rule):
         probs = "; the scores come from the kernel" if with_probs else ""
         training = "inference only; original kept for training" if r.kind != "grouped" or with_probs else \
             "shapes, groups and bias checked at run time; original kept otherwise"
-        anchor = statement_of(r.topk.node, self.ctx.tree.parents()) if piece.view.home(r.topk) else \
-            piece.block.body[piece.start]
-        self.rewrite(anchor, f"MoE router {form} (k={k}) → {kernel} (guarded: {training}{probs})", target=kernel,
-                     edits=[edit], imports=[TORCH_NPU], helpers=[HELPER])
+        return f"MoE router {form} (k={k}) → {kernel} (guarded: {training}{probs})"
 
     # -- the guard and the fused statements -----------------------------------------------------------
-    def _code(self, r: Router, piece: Slice, with_probs: bool) -> Union[str, tuple]:
-        """(guard, fused statements) or why they cannot be written."""
+    def _code(self, r: Router, piece: Slice, with_probs: bool) -> Union[Written, Refusal]:
+        """The router written where the guard runs, or why it cannot be."""
         logits, x = named(piece, r.logits), self._kernel_input(r, piece)
         k = operand_code(piece, r.k)
         if logits is None or x is None or k is None:
-            return "the router logits or k are not available as plain expressions where the router starts"
+            return unavailable("the router logits or k are not available as plain expressions where the router "
+                               "starts")
         end = env_after(piece)
         names, tail = {}, []  # tail: the region's last statement rewritten around the kernel's weights
         for role, value in (("weights", r.weights), ("indices", r.indices), ("probs", r.probs if with_probs else None)):
@@ -195,11 +187,11 @@ class MoeGating(Rule):
                 if names[role] is None and role == "weights":
                     names[role], tail = TEMP, tail_of(piece, value, TEMP)
                 if names[role] is None or names[role] == TEMP and not tail:
-                    return f"the router's {role} are not assigned to a name"
+                    return unbound(f"the router's {role} are not assigned to a name")
         w, i, p = names.get("weights", "_"), names.get("indices", "_"), names.get("probs", "_")
         dim = self._text(piece, r.dim) if r.dim is not None else "-1"
         if dim is None:
-            return "the softmax dim is not available where the router starts"
+            return unavailable("the softmax dim is not available where the router starts")
         if r.kind == "softmax" and not with_probs:
             guard = f"{HELPER}.moe_gating_fits({logits}, {k}, dim={dim})"
             call = f"torch_npu.npu_moe_gating_top_k_softmax({x}, None, k={k})"
@@ -211,14 +203,14 @@ class MoeGating(Rule):
             call = f"torch_npu.npu_moe_gating_top_k_softmax_v2({x}, k={k}, renorm=1)"
         else:
             parts = self._grouped(r, piece, with_probs)
-            if isinstance(parts, str):
+            if isinstance(parts, Refusal):
                 return parts
             checks, args = parts
             dtype = f"{logits}.dtype"
             if x != logits:  # the kernel sees the logits cast: the bias must fit that dtype
                 dtype = self._dtype_text(piece, r.logits, r.dtype)
                 if dtype is None:
-                    return "the dtype the router's scores are computed in is not a plain name"
+                    return unavailable("the dtype the router's scores are computed in is not a plain name")
                 checks.append(f"dtype={dtype}")
             # scores + bias promote the bias to the scores' dtype (guarded to be exact): the kernel gets it so
             args = [f"{a}.to({dtype})" if a.startswith("bias=") else a for a in args]
@@ -228,13 +220,11 @@ class MoeGating(Rule):
         for flag in r.flags:
             text = self._text(piece, flag)
             if text is None:
-                return "the flag of its renormalisation is not available where the router starts"
+                return unavailable("the flag of its renormalisation is not available where the router starts")
             flags.append(text)
-        guard = sited(guard, flags)
-        fused = [f"{w}, {i}, {p} = {call}\n"]
-        fused += [f"{i} = {i}.long()\n"] if i != "_" else []
-        fused += [f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else []
-        return guard, [template(s) for s in fused] + tail
+        after = ([f"{i} = {i}.long()\n"] if i != "_" else []) + ([f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else [])
+        return Written(sited(guard, flags), call, self._message(r, piece, with_probs),
+                       outputs=tuple("" if name == "_" else name for name in (w, i, p)), after=(*after, *tail))
 
     def _grouped(self, r: Router, piece: Slice, with_probs: bool):
         checks: List[str] = []
@@ -271,7 +261,8 @@ class MoeGating(Rule):
             checks.append("norm_out=True")
             args.append("out_flag=True")
         if not ok:
-            return "an input of the router (bias, groups, scale or eps) is not available where the router starts"
+            return unavailable("an input of the router (bias, groups, scale or eps) is not available where the "
+                               "router starts")
         return checks, args
 
     def _text(self, piece: Slice, value) -> Optional[str]:
