@@ -24,8 +24,9 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
+from ._definitions import is_minus_inf_mask
 from ...refusal import Refusal, blocked
-from ...view.values import number, reaches
+from ...view.values import number, reaches, same_value
 from ...view.syntax import code
 from ...view import Value
 from ....opmap import Fallback
@@ -74,6 +75,7 @@ class Attention:
     repeated: Optional[Tuple[Value, Value]] = None  # (k, v) as repeated for the heads, when GQA was read back
     merged_heads: bool = False  # the scores were reshaped (3-D products with heads merged into the batch)
     unless: List[Value] = field(default_factory=list)  # `X is not None` tests under which the code applies
+    zeroed: Optional[Value] = None  # ``probs.masked_fill(C, 0)`` after the softmax: C, the scores' own mask
     #                   what the kernel has no form for (a head mask, a soft-cap): fused only when X is None
 
 
@@ -148,6 +150,7 @@ class _Reader:
     def __init__(self, out: Value) -> None:
         self.out = out
         self.found = Attention(out, None, None, None)
+        self.why = None  # (the softmax, where to point, why) when P @ V was not read back to its softmax
 
     # -- P @ V --------------------------------------------------------------------------------
     def read(self):
@@ -155,7 +158,14 @@ class _Reader:
         if probs is None or v is None:
             return None
         found = self.found
-        while probs is not None and probs.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.MUL, Op.PHI, Op.GETITEM):
+        while probs is not None and probs.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.MUL, Op.PHI, Op.GETITEM, Op.MASKED_FILL):
+            if probs.op == Op.MASKED_FILL:  # rows with every key masked zeroed: the kernel's output, zeroed there
+                if found.zeroed is not None or number(probs["value"]) != 0 or probs["mask"] is None:
+                    return self._stopped(probs)
+                found.zeroed = probs["mask"]
+                found.probabilities.append(probs)
+                probs = probs.input
+                continue
             if probs.op == Op.GETITEM:  # probs[..., :-1] after a softmax over [scores | sinks]
                 inner = probs.input
                 if inner is not None and inner.op == Op.SOFTMAX and inner.input is not None and inner.input.op == Op.CAT:
@@ -166,7 +176,7 @@ class _Reader:
             if probs.op == Op.PHI:  # if head_mask is not None: probs = probs * head_mask
                 plain = _optional_head_mask(probs)
                 if plain is None:
-                    return None
+                    return self._stopped(probs)
                 found.unless.append(probs["test"])
                 found.probabilities.append(probs)
                 probs = plain
@@ -186,11 +196,46 @@ class _Reader:
             found.probabilities.append(probs)
             probs = probs.input
         if probs is None or probs.op != Op.SOFTMAX or not _softmax_dim_is_last(probs):
-            return None
+            return self._stopped(probs)
         found.softmax = probs  # set before the scores are read: a blocked site consumed it too
         found.probabilities.append(probs)
         found.v = v
-        return self.scores(probs.input)
+        result = self.scores(probs.input)
+        if isinstance(result, Attention) and found.zeroed is not None and not _zeroes_dead_rows(found):
+            label = _label(found.zeroed)
+            mask = f"`{label}`" if label else "a mask"
+            return blocked(found.probabilities[0].node, f"the probabilities are zeroed where {mask} holds after the "
+                                                        "softmax, which is not the mask of the scores alone (the "
+                                                        "kernel does not renormalise)", ZEROED_PLAN)
+        return result
+
+    def _unread(self, why: str):
+        """None, after recording in ``self.why`` why the scores of the softmax were not read."""
+        softmax = self.found.softmax
+        self.why = (softmax, softmax.node, why)
+        return None
+
+    def _stopped(self, probs: Optional[Value]):
+        """None, after recording in ``self.why`` why the walk from V back to the softmax stopped at
+        ``probs`` when a softmax over the last dim lies below it (what a report then says)."""
+        below = probs
+        for _ in range(4):  # a few steps down the first operand (the fallback branch of an ``if``)
+            if below is None or below.op == Op.SOFTMAX:
+                break
+            below = below["else"] if below.op == Op.PHI else below.input
+        if probs is not None and probs.op != Op.SOFTMAX and below is not None and below.op == Op.SOFTMAX \
+                and _softmax_dim_is_last(below):
+            if probs.op == Op.PHI:
+                test = _label(probs["test"]) if probs["test"] is not None else None
+                where = f"under `if {test}:`" if test else "in a branch"
+                why = f"the probabilities are reassigned {where} between the softmax and the product with V, which " \
+                      "the rule does not follow"
+            else:
+                text = f"`{code(probs.node)}`" if probs.node is not None else f"a {probs.op.value}"
+                why = f"the probabilities go through {text} between the softmax and the product with V, which the " \
+                      "kernel does not compute"
+            self.why = (below, probs.node or below.node, why)
+        return None
 
     # -- the scores -----------------------------------------------------------------------------
     def scores(self, value: Value):
@@ -207,7 +252,10 @@ class _Reader:
             elif op == "phi":
                 step = self._optional(value)
                 if step is None:
-                    return None
+                    test = _label(value["test"]) if value["test"] is not None else None
+                    where = f"under `if {test}:`" if test else "in a branch"
+                    return self._unread(f"the scores are computed differently {where}, which the rule does not "
+                                        "follow (one form must reach the softmax)")
                 if isinstance(step, Refusal):
                     return step
                 value = step
@@ -228,6 +276,10 @@ class _Reader:
                 return blocked(value.node, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no "
                                            "fused form", SOFTCAP_PLAN)
             elif op == "cat":
+                parts = value["tensors"].items if value["tensors"] is not None else ()
+                if len(parts) > 1 and all(has_transposed_product(p) for p in parts):
+                    return blocked(value.node, "the scores are concatenated from several q @ kᵀ products, which the "
+                                               "kernel computes as one", CONCAT_PLAN)
                 return blocked(value.node, "attention sinks (an extra logit column concatenated to the scores)",
                                SINKS_PLAN)
             elif op == "matmul":
@@ -267,8 +319,9 @@ class _Reader:
             if not is_scores(scores) or is_scores(term):
                 return None
             label = _label(term)
-            if label is not None and BIAS_NAME.search(label):
-                return blocked(value.node, f"a position bias ({label}) is added to the scores", fallback_pse(f"`{label}`"))
+            if label is not None and BIAS_NAME.search(label) and not _built_as_mask(term):
+                return blocked(value.node, f"`{label}` is added to the scores: a position bias by its name, not a mask "
+                                           "this code builds from 0 and minus infinity", fallback_pse(f"`{label}`"))
             kind, mask = "additive", term
         elif op == "masked_fill":
             scores, mask, fill = value.input, value["mask"], value["value"]
@@ -327,6 +380,16 @@ def _soft_caps(capped: Value, scores: Value) -> bool:
             return inner is not None and inner.op in (Op.DIV, Op.MUL) and inner.input is scores
         capped = capped.input if capped.op in (Op.MUL, Op.CAST) else None
     return False
+
+
+def _built_as_mask(term: Value) -> bool:
+    """``self.<attr>`` (or a slice of it) whose class builds it as a 0 / minus-infinity mask."""
+    while term is not None and term.op in (Op.GETITEM, Op.CAST, Op.SAME):
+        term = term.input
+    if term is None or term.op != Op.ATTR or term.input is None or term.input.op != Op.PARAM \
+            or term.input.name != "self" or term.view is None:
+        return False
+    return is_minus_inf_mask(term.view.scope.cls, term.name, term.view.scope.qualify)
 
 
 def _label(value: Value) -> Optional[str]:
@@ -393,7 +456,14 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
         scores = scores.input
     if scores is None:
         return None
-    if scores.op == Op.EINSUM:
+    cores = _cores(scores)
+    latent = next((c for c in cores if c.op == Op.ADD and _is_product(c.input) and _is_product(c["other"])), None)
+    if latent is not None:
+        parts = " and ".join(_product_text(p) for p in (latent.input, latent["other"]))
+        return blocked(latent.node, f"latent attention (MLA): the scores are the sum of two products, {parts} (the "
+                                    "part without rotary against the latent cache, the rotary part against its own "
+                                    "cache), which the rule does not read as one q @ kᵀ", MLA_PLAN)
+    if scores.op == Op.EINSUM or any(c.op == Op.EINSUM for c in cores):
         return blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
     if not is_scores(scores) or not has_transposed_product(scores):
@@ -402,17 +472,122 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
                                  "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
 
 
+CONCAT_PLAN = Fallback("manual", (
+    "npu_fusion_attention computes one q @ kᵀ: scores concatenated from several products (word and entity "
+    "queries against word and entity keys, say) are one product only when the queries and keys are "
+    "concatenated the same way first. Write them so, or keep the eager attention (it runs on the NPU, "
+    "unfused)."))
+MOVED_PROBS_PLAN = Fallback("manual", (
+    "npu_fusion_attention computes softmax(scores) @ V in one kernel: an operation on the probabilities "
+    "between the two has no place in it. Keep the eager attention (it runs on the NPU, unfused), or write "
+    "that operation as a mask or bias of the scores, then run migrate again."))
+ZEROED_PLAN = Fallback("manual", (
+    "npu_fusion_attention masks the scores before its softmax; zeroing probabilities afterwards with "
+    "another mask changes the rows without renormalising them. Mask the scores with that mask too (then "
+    "the zeroing only clears rows with every key masked, which the fused call does), or keep the eager "
+    "attention."))
+
+
+def _zeroes_dead_rows(found: "Attention") -> bool:
+    """``masked_fill(C, 0)`` after ``softmax(S.masked_fill(C, -inf))``, with C the scores' only mask:
+    it changes nothing but the rows with every key masked, which it sets to zero."""
+    if len(found.terms) != 1 or found.terms[0].kind != "masked" or found.terms[0].condition is not None:
+        return False
+    a, b = found.terms[0].value, found.zeroed
+    if a is not None and b is not None and a.op == b.op == Op.INVERT:
+        a, b = a.input, b.input
+    return same_value(a, b)
+
+
+MLA_PLAN = Fallback("manual", (
+    "In the absorbed form, softmax(scale * (q_nope·W_kc @ kv_cacheᵀ + q_pe @ pe_cacheᵀ)) @ kv_cache is one "
+    "attention whose query and key are the concatenations [q_nope·W_kc | q_pe] and [kv_cache | pe_cache] (head "
+    "dim kv_lora_rank + rope dim) and whose value is kv_cache, shared by every head: write it so and call "
+    "torch_npu.npu_fusion_attention (BSND; decoding: npu_incre_flash_attention) after checking the kernel takes "
+    "those head dims; torch_npu.npu_mla_prolog_v2/_v3 computes the query and key prologue (RMSNorm, rotary, "
+    "cache write) in one kernel. Check with migrate parity; until then the eager code runs."))
+
+
+def _is_product(value: Optional[Value]) -> bool:
+    while value is not None and value.op in (Op.CAST, Op.SAME):
+        value = value.input
+    return value is not None and value.op in (Op.EINSUM, Op.MATMUL)
+
+
+def _product_text(value: Value) -> str:
+    """``einsum("bshc,btc->bsht")`` for an einsum, ``a @ b`` source for a short product, else "a product"."""
+    while value.op in (Op.CAST, Op.SAME):
+        value = value.input
+    if value.op == Op.EINSUM and value["equation"] is not None and value["equation"].name:
+        return f'`einsum("{value["equation"].name}")`'
+    label = _label(value)
+    return f"`{label}`" if label and len(label) <= 60 else "a product"
+
+
+def _cores(scores: Value, depth: int = 8) -> List[Value]:
+    """What the scores are computed from under their masks, scales, casts and branches: the values a
+    walk stops at (every branch of an ``if``; the side of a sum or product that holds a product)."""
+    found, stack = [], [(scores, 0)]
+    while stack:
+        value, level = stack.pop()
+        if value is None or level > depth:
+            continue
+        if value.op in (Op.CAST, Op.SAME, Op.RESHAPE, Op.MASKED_FILL):
+            stack.append((value.input, level + 1))
+        elif value.op == Op.PHI:
+            stack += [(value["then"], level + 1), (value["else"], level + 1)]
+        elif value.op in (Op.ADD, Op.MUL, Op.DIV) and not (value.op == Op.ADD and _is_product(value.input)
+                                                            and _is_product(value["other"])):
+            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_product, 8)]
+            stack += [(s, level + 1) for s in sides[:1]] if len(sides) == 1 else []
+            found += [value] if len(sides) != 1 else []
+        else:
+            found.append(value)
+    return found
+
+
+def feeding_products(view) -> set:
+    """Ids of the values whose output (cast, dropped out, sliced, chosen in a branch, or times another
+    tensor such as a head mask) feeds a product or a call: what attention does with its
+    probabilities. Two softmaxes multiplied elementwise (dual-softmax matching) feed no product.
+    Memoised on the view."""
+    found = getattr(view, "_feeding", None)
+    if found is not None:
+        return found
+
+    def base(operand):
+        while operand is not None and operand.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM, Op.PHI):
+            operand = operand.input if operand.op != Op.PHI else operand["else"]
+        return operand
+
+    found = set()
+    for value in view.values.values():
+        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL):
+            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
+                below = base(operand)
+                found |= {id(below)} if below is not None else set()
+                if below is not None and below.op == Op.MUL:
+                    found |= {id(base(side)) for side in (below.input, below["other"]) if base(side) is not None}
+    view._feeding = found
+    return found
+
+
 def has_transposed_product(value: Value, depth: int = 12) -> bool:
     return reaches(value, lambda v: v.op in (Op.MATMUL, Op.BADDBMM) and (
         v["other"] is None or v["other"].op == Op.TRANSPOSED or v.op == Op.BADDBMM), depth)
 
 
 def match(out: Value):
-    """(an ``Attention``, a ``Refusal`` or None, the softmax it reached) for the value ``out``."""
+    """(an ``Attention``, a ``Refusal`` or None, the softmax it reached) for the value ``out``: a
+    product of probabilities that went through something the kernel does not compute between their
+    softmax and V is a ``Refusal`` saying what."""
     if out.op != Op.MATMUL:
         return None, None
     reader = _Reader(out)
     result = reader.read()
+    if result is None and reader.why is not None:
+        softmax, node, why = reader.why
+        return blocked(node, why, MOVED_PROBS_PLAN), softmax
     if isinstance(result, Attention) and (result.q is None or result.k is None or result.v is None):
         return None, reader.found.softmax
     return result, reader.found.softmax

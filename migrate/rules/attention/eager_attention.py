@@ -285,6 +285,7 @@ class EagerAttention(FunctionRule, Rule):
         q, k, v = texts["q"], texts["k"], texts["v"]
         causal = masks[0] if masks and masks[0][0] == "causal" else None
         mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
+        mask_args += ["zero_dead_rows=True"] if att.zeroed is not None else []  # masked_fill(mask, 0) after the softmax
         extra = ([f"causal={causal[2]}"] if causal else []) + (["cast_value=True"] if att.value_cast else [])
         when, requested = guard_terms
         scale = None

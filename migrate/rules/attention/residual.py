@@ -7,7 +7,7 @@ from typing import List
 
 import libcst as cst
 
-from ._match import has_transposed_product, is_scores
+from ._match import feeding_products, has_transposed_product, is_scores
 from ...tree import walk
 from .._residual import Family, peel, values
 from ...view import Value, View
@@ -61,13 +61,9 @@ def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
     return False
 
 
-def _feeds_product(view: View, softmax: Value) -> bool:
-    for value in view.values.values():
-        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL, Op.MUL):
-            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
-                if peel(operand, (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM)) is softmax:
-                    return True
-    return False
+def _feeds_product(view: View, value: Value) -> bool:
+    """The softmax (or the call of a softmax module) feeds a product with V, as the matcher reads it."""
+    return id(value) in feeding_products(view)
 
 
 FAMILY = Family(
