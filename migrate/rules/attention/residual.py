@@ -51,6 +51,10 @@ def _reaches(value: Value, op: Op, depth: int = 16) -> bool:
 
 
 def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
+    """``__init__`` assigns ``self.<attribute>`` a value naming a softmax, or the attribute is named as
+    one (``self.scale_mask_softmax = softmax_module``: a scale-and-mask softmax module given in)."""
+    if "softmax" in attribute.lower():
+        return any(isinstance(n, cst.FunctionDef) and n.name.value == "__init__" for n in getattr(cls.body, "body", ()))
     for init in (s for s in getattr(cls.body, "body", ()) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
         for node in walk(init):
             if isinstance(node, cst.Assign) and any(
@@ -71,4 +75,5 @@ FAMILY = Family(
     "pattern.attention.unrecognised", frozenset({"softmax", "Softmax", "einsum"}), _attention,
     lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == Op.CALL else "softmax over q·kᵀ scores",
     also=frozenset({"NPU106", "NPU107"}),  # flash_attn and xformers, reported with their plan (unsupported_api)
+    word_parts=frozenset({"softmax"}),
 )
