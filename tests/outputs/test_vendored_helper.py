@@ -140,3 +140,17 @@ def test_a_rerun_is_a_fixed_point_and_a_file_added_later_keeps_the_sections_of_t
     assert third.exit_code == 0, third.output
     assert [f["path"] for f in report["files"] if f["status"] == "changed"] == ["pkg/norm.py"]
     assert _sections(out3 / HELPER) == ("core", "norm", "rotary") and report["updated_files"] == [HELPER]
+
+
+def test_in_place_an_unedited_older_copy_is_upgraded_through_the_journal(tmp_path):
+    repo = write_tree(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/rope.py": ROPE,
+                                          HELPER: _older(assemble(["rotary"]))})
+    git_init(repo)
+    result = invoke(repo, "--in-place", "--report-dir", tmp_path / "r", "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert (repo / HELPER).read_text() == assemble(["rotary"]) and "npu_glue.rotary_mul(" in (repo / "pkg/rope.py").read_text()
+    report = json.loads((tmp_path / "r/report.json").read_text())
+    assert HELPER in report["written"]["files"] and report["updated_files"] == [HELPER]
+    reverted = invoke(repo, "--in-place", "--revert", "--report-dir", tmp_path / "r")
+    assert reverted.exit_code == 0, reverted.output
+    assert (repo / HELPER).read_text() == _older(assemble(["rotary"])) and (repo / "pkg/rope.py").read_text() == ROPE
