@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from npu_migrate import kernels  # noqa: E402
+from tests.full_helper import HELPERS  # noqa: E402 (the helper with every section, assembled)
 
-HELPERS = ROOT / "migrate" / "helpers"
 H, I = 256, 688  # model dim and MLP width (Llama's 8/3 ratio)
 
 

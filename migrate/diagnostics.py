@@ -43,11 +43,12 @@ TOO_LARGE = "NPU007"  # the file is over the per-file size limit
 TIMED_OUT = "NPU008"  # the file's migration ran past the per-file time budget
 WORKER_DIED = "NPU009"  # the process migrating the file died (a crash in native code)
 TOO_DEEP = "NPU010"  # nesting too deep (RecursionError) or out of memory on this file
-HELPER_CONFLICT = "NPU011"  # an npu_glue.py that is not the vendored helper is in the file's directory
+HELPER_CONFLICT = "NPU011"  # the file's npu_glue.py is not the helper, or an edited copy without a name the file calls
 BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF-8 bytes, control characters)
 WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
 UNLISTABLE = "NPU014"  # a directory could not be listed
 CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
+HELPER_KEPT = "NPU018"  # an edited npu_glue.py is kept beside the files migrated with it (a warning)
 DECLARATION_INVALID = "NPU017"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
 PATH_TOO_LONG = "NPU020"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
 
@@ -62,17 +63,20 @@ TOOL_CODES: Dict[str, str] = {
     TIMED_OUT: "file ran past the per-file time budget; not migrated",
     WORKER_DIED: "the process migrating the file crashed; not migrated",
     TOO_DEEP: "nesting too deep or out of memory on the file; not migrated",
-    HELPER_CONFLICT: "an npu_glue.py that is not the vendored helper is in the way; files needing it left unchanged",
+    HELPER_CONFLICT: "an npu_glue.py that is not the vendored helper, or an edited copy without a name the file "
+                     "calls, is in the way; files needing it left unchanged",
     BAD_NAME: "file name has non-UTF-8 bytes or control characters; not migrated",
     WRITE_ERROR: "the output file could not be written",
     UNLISTABLE: "directory could not be listed; its files are not in the output",
     CHANGED_DURING_RUN: "file changed on disk during the run; not written",
+    HELPER_KEPT: "an edited npu_glue.py is kept, not replaced by the helper this run would write",
     DECLARATION_INVALID: "dependency or launcher file does not parse in its format (TOML, YAML, Python); not migrated",
     PATH_TOO_LONG: "path longer than the system's limit (PATH_MAX); not migrated or copied",
 }
 FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR, TOO_LARGE, TIMED_OUT,
                          WORKER_DIED, TOO_DEEP, HELPER_CONFLICT, BAD_NAME, WRITE_ERROR, UNLISTABLE,
                          CHANGED_DURING_RUN, DECLARATION_INVALID, PATH_TOO_LONG})  # whole files, not sites
+WARNINGS = frozenset({HELPER_KEPT})  # about a file that was processed: shown beside the file errors
 
 DOCS_DIR = Path(__file__).parent / "docs"
 

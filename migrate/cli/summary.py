@@ -14,6 +14,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.markup import escape
 
+from .. import diagnostics
 from .formats import attention_lines, statistics_rows
 
 MAX_LISTED = 200  # --check lists at most this many sites (report.md has them all)
@@ -45,9 +46,14 @@ def summary_line(report: dict, to: Console) -> None:
 
 
 def errors(report: dict, to: Console) -> None:
+    """The files that could not be processed, then the warnings about files that were (NPU018)."""
     for failed in report["files"]:
         if failed["status"] == "error":
             to.print(f"[red]error:[/red] {escape(failed['error'] or failed['path'])}", soft_wrap=True)
+    for finding in report["findings"]:
+        if finding["code"] in diagnostics.WARNINGS:
+            to.print(f"[yellow]warning:[/yellow] {escape(finding['path'])}: {finding['code']} "
+                     f"{escape(finding['message'])}", soft_wrap=True)
 
 
 def check_listing(report: dict, changes: Sequence, path: Path, output_format: str, to: Console,

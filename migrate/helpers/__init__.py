@@ -1,7 +1,8 @@
-"""Helper modules that fused rewrites vendor into the migrated repo (copied, never imported here),
-and how this tool recognises the one it vendors."""
+"""The helper module that fused rewrites vendor into the migrated repo (written, never imported here),
+and how this tool recognises it. Its sources are ``glue/`` (``sections``), joined per directory into
+the sections its migrated files call (``assemble``)."""
 
-HELPER = "npu_glue"  # the vendored helper module (migrate/helpers/npu_glue.py)
+HELPER = "npu_glue"  # the vendored helper module, <dir>/npu_glue.py
 
 #: how a migrated file imports a module vendored beside it (``migrate.imports`` explains the form)
 BESIDE = (

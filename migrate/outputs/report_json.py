@@ -1,4 +1,4 @@
-"""``report.json`` (schema_version 4): the summary, one entry per file scanned (Python, dependency or
+"""``report.json`` (schema_version 5): the summary, one entry per file scanned (Python, dependency or
 launcher file, its ``kind``), one per finding, and the dependencies and environment section.
 
 The dict built here is the one source of every count and site that a run shows: report.md,
@@ -13,8 +13,10 @@ and ``fallback: null``. ``safety`` says how far a rewrite can be trusted without
 ``line`` and ``col`` are 1-based, as ruff, flake8, editors and the SARIF count (0 where there is no
 line, e.g. a whole-file error); ``cell`` is a notebook's code cell (1-based among its cells; the
 line is then the line in that cell), null in a ``.py`` file. ``new_files`` lists the files the
-migration adds (the vendored helper module), ``new_dependencies`` the modules migrated code imports
-that it did not before (``torch_npu``), each with the files that import it.
+migration adds (the vendored helper module), ``updated_files`` the vendored helpers it upgrades in
+place (an unedited copy an older npu-migrate wrote, or one without a section the migrated files now
+call), ``new_dependencies`` the modules migrated code imports that it did not before
+(``torch_npu``), each with the files that import it.
 
 Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and the summary keys
 ``files_other``, ``sites_suppressed`` and ``rewrites_by_safety``; 3 made ``col`` 1-based and added
@@ -22,7 +24,7 @@ Schema history: 2 added ``safety``, ``snippet``, the ``suppressed`` action and t
 entries carry their ``kind``; the ``files_*`` counts cover every kind, broken down by
 ``files_by_kind``), the ``dependencies`` section (``packages``: the compatibility matrix;
 ``environment``: the launcher settings found) and its summary counts ``packages_declared``,
-``packages_by_status`` and ``environment_sites``.
+``packages_by_status`` and ``environment_sites``; 5 added ``updated_files``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from ..findings import FileResult
     from ..runner import RunResult
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FINDING_KEYS = ("code", "path", "line", "col", "cell", "message", "api", "action", "safety", "target", "fallback",
                 "snippet")
 # a top-level name imported on a line (in a notebook's JSON, a source line starts with its quote)
@@ -113,7 +115,8 @@ def _findings(run: "RunResult") -> List[dict]:
 
 
 def build(run: "RunResult", changes: Optional[Sequence] = None) -> dict:
-    """The report of ``run``; ``changes`` (``outputs.changes.collect_changes``) names the new files."""
+    """The report of ``run``; ``changes`` (``outputs.changes.collect_changes``) names the new and
+    upgraded helper files."""
     files = [{"path": r.path, "status": r.status, "error": r.error, "kind": r.kind} for r in run.files]
     findings = _findings(run)
     dependencies = build_dependencies(run, findings)
@@ -126,6 +129,7 @@ def build(run: "RunResult", changes: Optional[Sequence] = None) -> dict:
         "excluded": [{"path": e.path, "reason": e.reason} for e in run.excluded],
         "written": _written(run),
         "new_files": sorted(c.path for c in changes or () if c.old is None),
+        "updated_files": sorted(c.path for c in changes or () if c.helper and c.old is not None),
         "new_dependencies": new_dependencies(run),
     }
 

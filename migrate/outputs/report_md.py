@@ -20,6 +20,7 @@ from collections import Counter
 from itertools import groupby
 from typing import Dict, List, Optional, Tuple
 
+from .. import diagnostics
 from ..findings import NUMERICS_CHANGING, SAFE
 from . import parity_result
 from .codes import catalogue
@@ -148,17 +149,25 @@ def _listed(items: List[str], limit: int, what: str = "more") -> List[str]:
     return shown
 
 
+def _names(paths: List[str], limit: int) -> str:
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(f"`{p}`" for p in paths[:limit]) + more
+
+
 def _new_files_and_dependencies(report: dict, limit: int) -> List[str]:
     new_files, dependencies = report.get("new_files") or [], report.get("new_dependencies") or []
-    if not (new_files or dependencies):
+    updated = report.get("updated_files") or []
+    if not (new_files or updated or dependencies):
         return []
     out = ["## New files and dependencies", ""]
     if new_files:
-        names = ", ".join(f"`{p}`" for p in new_files[:limit])
-        more = f" and {len(new_files) - limit} more" if len(new_files) > limit else ""
-        out.append(f"- new file{'s' if len(new_files) > 1 else ''} {names}{more}: the helper module npu-migrate "
-                   "vendors beside the migrated files (the run-time checks and mask conversions their fused "
-                   "rewrites call); in the patch")
+        out.append(f"- new file{'s' if len(new_files) > 1 else ''} {_names(new_files, limit)}: the helper module "
+                   "npu-migrate vendors beside the migrated files (the run-time checks and mask conversions their "
+                   "fused rewrites call); in the patch")
+    if updated:
+        out.append(f"- updated {_names(updated, limit)}: the vendored helper module, upgraded in place (an unedited "
+                   "copy from an older npu-migrate, or one without a section the migrated files now call); in the "
+                   "patch")
     for dependency in dependencies:
         files = dependency["files"]
         how = f"; {TORCH_NPU_INSTALL}" if dependency["module"] == "torch_npu" else ""
@@ -197,8 +206,8 @@ def _rewritten(rewritten: List[dict], mode: str, limit: int) -> List[str]:
     return out + ([""] if mode == "files" else [])
 
 
-def _attention(reported: List[dict], errors: List[dict], limit: int) -> List[str]:
-    if not (reported or errors):
+def _attention(reported: List[dict], errors: List[dict], warnings: List[dict], limit: int) -> List[str]:
+    if not (reported or errors or warnings):
         return []
     out = ["## Needs attention", ""]
     advice: Dict[Tuple[str, str, str], List[dict]] = {}
@@ -228,6 +237,10 @@ def _attention(reported: List[dict], errors: List[dict], limit: int) -> List[str
         out += ["### Files not processed (left unchanged)", ""]
         out += _listed([f"- `{r['path']}`: {r['error']}" for r in errors], max(limit, 20), "more files")
         out.append("")
+    if warnings:
+        out += ["### Warnings", ""]
+        out += _listed([f"- `{f['path']}`: {f['code']} {f['message']}" for f in warnings], max(limit, 20), "more")
+        out.append("")
     return out
 
 
@@ -253,14 +266,15 @@ def _render(report: dict, parity: Optional[dict], mode: str, limit: int) -> str:
     out += dependencies_section(report, limit)
     rewritten, reported = _by_action(findings, "rewritten"), _by_action(findings, "reported")
     errors = [f for f in report["files"] if f["status"] == "error"]
+    warnings = [f for f in findings if f["code"] in diagnostics.WARNINGS]
     suppressed = _by_action(findings, "suppressed")
     if mode != "sites":
         out += [f"*This repository is large: rewrites are counted per file and the lists of sites are "
                 f"shortened to fit a pull-request description; {EVERY_SITE}.*", ""]
-    out += _attention(reported, errors, limit)  # what a reviewer must act on comes first
+    out += _attention(reported, errors, warnings, limit)  # what a reviewer must act on comes first
     out += _rewritten(rewritten, mode, max(limit, 10))
     out += _suppressed(suppressed, limit)
-    if not (rewritten or reported or errors or suppressed):
+    if not (rewritten or reported or errors or warnings or suppressed):
         out += ["Nothing to migrate: no file uses a CUDA-specific or unsupported API.", ""]
     return "\n".join(out)
 

@@ -25,6 +25,7 @@ its effect can be measured and tested on the real models now.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.util
@@ -41,6 +42,9 @@ from typer.testing import CliRunner
 
 from npu_migrate import kernels
 from npu_migrate.migrate.cli import app
+from npu_migrate.migrate.helpers import HELPER
+from npu_migrate.migrate.helpers.assemble import used_names
+from npu_migrate.migrate.helpers.sections import top_level_names, unknown
 from tests.helpers.support import KERNELS  # noqa: F401 - re-exported for benchmarks/npu_cost.py
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +87,8 @@ class Pair:
 
 
 def migrate_tree(source: Path, out: Path, emission: str = "current") -> Path:
-    """``migrate run source --out out`` (report beside it); with ``emission="next"`` NEXT_EMISSION applied."""
+    """``migrate run source --out out`` (report beside it); with ``emission="next"`` NEXT_EMISSION applied.
+    Every ``npu_glue.<name>`` the migrated files call must be a name of the helper beside them."""
     result = CliRunner().invoke(app, ["run", str(source), "--out", str(out), "--report-dir", str(out.with_name(out.name + "-report")), "--jobs", "1"])
     if result.exit_code != 0:
         raise RuntimeError(f"migrate run {source} exited {result.exit_code}:\n{result.output}")
@@ -93,7 +98,21 @@ def migrate_tree(source: Path, out: Path, emission: str = "current") -> Path:
             for _, pattern, replacement in NEXT_EMISSION:
                 text = re.sub(pattern, replacement, text)
             path.write_text(text)
+    _check_helper_names(out)
     return out
+
+
+def _check_helper_names(out: Path) -> None:
+    """Raise when a migrated file calls an ``npu_glue`` name that no helper section defines (a rule
+    bug) or that the helper written beside it lacks."""
+    for path in sorted(out.rglob("*.py")):
+        names = used_names(path.read_text(encoding="utf-8"))
+        if not names or path.name == f"{HELPER}.py":
+            continue
+        helper = path.with_name(f"{HELPER}.py")
+        lacking = unknown(names) | (names - top_level_names(ast.parse(helper.read_text(encoding="utf-8"))))
+        if lacking:
+            raise AssertionError(f"{path} calls {', '.join(sorted(lacking))} of the helper, which {helper} lacks")
 
 
 def _load(name: str, path: Path, package: str, search: list | None = None):

@@ -7,12 +7,11 @@ import torch
 from npu_migrate import kernels
 from npu_migrate.migrate.parity.criteria import default_criteria
 from npu_migrate.migrate.parity.metrics import compare
+from tests.full_helper import GLUE, HELPERS  # noqa: F401 (the helper tests take them from here)
 from tests.helpers.dispatch_counts import OpCounter
 from tests.tolerances import recorded as tolerance  # noqa: F401 (the helper tests take it from here)
 
 KERNELS = Path(kernels.__file__).resolve().parent  # the emulator: on hardware, inside the kernel
-HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
-GLUE = HELPERS / "npu_glue.py"
 
 
 def counted(fn, *args, **kwargs):

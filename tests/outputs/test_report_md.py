@@ -16,8 +16,8 @@ def site(path, line, code="NPU303", action="reported", message="attention the ke
 
 def report(findings, files=None, **extra) -> dict:
     files = files or [{"path": p, "status": "changed", "error": None} for p in sorted({f["path"] for f in findings})]
-    return {"schema_version": 4, "summary": summarize(files, findings, 0), "files": files, "findings": findings,
-            "excluded": [], "written": None, "new_files": [], "new_dependencies": [], **extra}
+    return {"schema_version": 5, "summary": summarize(files, findings, 0), "files": files, "findings": findings,
+            "excluded": [], "written": None, "new_files": [], "updated_files": [], "new_dependencies": [], **extra}
 
 
 def test_sites_sharing_an_advice_are_listed_under_it_once():

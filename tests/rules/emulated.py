@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 
 from npu_migrate import kernels
+from tests.full_helper import HELPERS
 from tests.tolerances import recorded
 
-HELPERS = Path(__file__).resolve().parents[2] / "migrate" / "helpers"
 
 
 @contextmanager

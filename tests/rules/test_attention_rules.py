@@ -10,11 +10,11 @@ import torch
 
 from npu_migrate import kernels
 from tests import snippets
+from tests.full_helper import HELPERS
 from tests.tolerances import recorded
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "rules"
-HELPERS = ROOT / "migrate" / "helpers"
 DTYPES = [torch.float32, torch.bfloat16]
 
 

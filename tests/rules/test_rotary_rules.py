@@ -19,9 +19,9 @@ import torch
 from npu_migrate import kernels
 from npu_migrate.migrate.rules.rotary.rotary import Rotary
 from tests import snippets
+from tests.full_helper import HELPERS
 from tests.tolerances import recorded
 
-HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 B, S, N, D = 2, 5, 3, 8
 
 TABLES = (Path(__file__).parents[2] / "fixtures" / "rules" / "NPU310_rotary_tables" / "input.py").read_text() \

@@ -8,15 +8,14 @@ the original (on the emulated CUDA device) with the same inputs.
 import sys
 import textwrap
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import torch
 
 from npu_migrate import kernels
 from tests import snippets
+from tests.full_helper import HELPERS
 
-HELPERS = Path(__file__).parents[2] / "migrate" / "helpers"
 
 
 @contextmanager
