@@ -40,16 +40,12 @@ from ._feeders import Node, assigned, inside, operand, removable
 from ._match import Gated, gated_in
 from ...view.syntax import code
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 REPORT = "NPU331"
 HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
-REUSE_PLAN = Fallback("manual", (
-    "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
-    "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
-    "product, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU at run "
-    "time), and compute act(gate) separately only where it is read."))
+REUSE_PLAN = plan("mlp.reuse")
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
 EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it

@@ -40,7 +40,7 @@ from ...view.regions import interior
 from ._match import GENERIC, Mismatch, Norm, has_eps, is_core, match
 from .._table import TORCH_NPU
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 FUSED, REPORT = "NPU320", "NPU321"
@@ -58,12 +58,7 @@ def names_norm(names: Set[str], may_denote: Callable[[List[str]], Set[str]]) -> 
 
 
 NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
-PLAN = Fallback(
-    "manual",
-    "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
-    "keepdim=True) + eps) * weight on the last dim and call torch_npu.npu_rms_norm(x, weight, "
-    "epsilon=eps)[0] with weight in x's dtype (or float32 for float16/bfloat16 x).",
-)
+PLAN = plan("norm.rms_norm")
 
 
 class RmsNorm(Rule):

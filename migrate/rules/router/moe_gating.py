@@ -48,14 +48,12 @@ from ...view.spellings import CAST_METHODS
 from ...view.syntax import code
 from .._table import TORCH_NPU
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 REPORT = "NPU341"
 NOTE = "npu-migrate NPU340: fused MoE gating where npu_glue proves it exact, else the original"
-MOVED_PLAN = Fallback("manual", "Keep the original code (it runs on the NPU, unfused), or compute the router "
-                                "logits, k and the other inputs before the router in plain names that its statements "
-                                "do not reassign, then run migrate again.")
+MOVED_PLAN = plan("moe.moved")
 KERNELS = {"softmax": "torch_npu.npu_moe_gating_top_k_softmax", "topk_softmax": "torch_npu.npu_moe_gating_top_k_softmax_v2",
            "grouped": "torch_npu.npu_moe_gating_top_k"}
 ONLY_ORIGINAL = "is read after the region but only the original branch defines it"
