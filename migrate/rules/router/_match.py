@@ -32,7 +32,7 @@ from ...view.ops import Op
 
 WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
 
-PLANS = {reason: plan(f"moe.{reason}") for reason in ("dims", "scores", "renorm")}
+PLANS = {"dims": plan("moe.dims"), "scores": plan("moe.scores"), "renorm": plan("moe.renorm")}
 
 
 @dataclass
