@@ -1,5 +1,5 @@
-"""Diagnostic codes: how a rule declares one (``DiagnosticCode``), the tool's own codes (NPU0xx)
-and where each code's doc page lives. The catalogue of every code (the tool's, the rules', the
+"""Diagnostic codes: how a rule declares one (``DiagnosticCode``), the tool's own codes (NPU0xx,
+each declared once by ``_tool``) and where each code's doc page lives. The catalogue of every code (the tool's, the rules', the
 dependency files') is ``migrate.catalogue``, one floor above the rules."""
 
 from __future__ import annotations
@@ -25,54 +25,51 @@ class DiagnosticCode:
     rewrites: bool = False  # its sites are rewritten (else reported)
     example: Optional[str] = None  # the fixture's stem: fixtures/<fixtures>/<code>_<example>/
     fixtures: str = "rules"  # the fixtures folder: "rules" (Python rules) or "files" (dependency and launcher files)
-    # the doc page's prose (markdown ``## `` sections: What it does, Why, Fix safety), usually the rule
-    # module's docstring; empty: the prose is the hand-written part of ``docs/<code>.md``
+    # the doc page's prose: a rule's module docstring (``## `` sections What it does, Why, Fix safety,
+    # Known problems; one part per code under ``# NPUxxx`` when it documents several); empty for the
+    # tool's and the files' codes, whose prose is the hand-written part of ``docs/<code>.md``
     doc: str = ""
 
     @property
     def example_dir(self) -> Optional[str]:
         return f"{self.code}_{self.example}" if self.example else None
 
-PARSE_ERROR = "NPU001"  # the file is not valid Python
-NOT_UTF8 = "NPU002"  # the file is not UTF-8 text
-RULE_CRASH = "NPU003"  # a rule raised on this file; the file is left unchanged
-OUTPUT_INVALID = "NPU004"  # the rewritten file did not parse again; the file is left unchanged
-READ_ERROR = "NPU005"  # the file could not be read
-NOT_APPLIED = "NPU006"  # a rewrite overlapped another one and was not applied; the site is reported
-TOO_LARGE = "NPU007"  # the file is over the per-file size limit
-TIMED_OUT = "NPU008"  # the file's migration ran past the per-file time budget
-WORKER_DIED = "NPU009"  # the process migrating the file died (a crash in native code)
-TOO_DEEP = "NPU010"  # nesting too deep (RecursionError) or out of memory on this file
-HELPER_CONFLICT = "NPU011"  # the file's npu_glue.py is not the helper, or an edited copy without a name the file calls
-BAD_NAME = "NPU012"  # the file's name cannot go into a patch or report (non-UTF-8 bytes, control characters)
-WRITE_ERROR = "NPU013"  # the migrated or copied file could not be written
-UNLISTABLE = "NPU014"  # a directory could not be listed
-CHANGED_DURING_RUN = "NPU015"  # the file changed on disk while it was migrated; not written
-HELPER_KEPT = "NPU018"  # an edited npu_glue.py is kept beside the files migrated with it (a warning)
-DECLARATION_INVALID = "NPU017"  # a dependency or launcher file is not valid in its format (TOML, YAML, Python)
-PATH_TOO_LONG = "NPU020"  # the path is longer than the system allows (PATH_MAX); not migrated or copied
 
-TOOL_CODES: Dict[str, str] = {
-    PARSE_ERROR: "file does not parse as Python",
-    NOT_UTF8: "file is not UTF-8 text",
-    RULE_CRASH: "a rule crashed on the file",
-    OUTPUT_INVALID: "the migrated file would not parse; left unchanged",
-    READ_ERROR: "file could not be read",
-    NOT_APPLIED: "a rewrite was not applied: it overlaps another rewrite (the site is reported)",
-    TOO_LARGE: "file is over the per-file size limit; not migrated",
-    TIMED_OUT: "file ran past the per-file time budget; not migrated",
-    WORKER_DIED: "the process migrating the file crashed; not migrated",
-    TOO_DEEP: "nesting too deep or out of memory on the file; not migrated",
-    HELPER_CONFLICT: "an npu_glue.py that is not the vendored helper, or an edited copy without a name the file "
-                     "calls, is in the way; files needing it left unchanged",
-    BAD_NAME: "file name has non-UTF-8 bytes or control characters; not migrated",
-    WRITE_ERROR: "the output file could not be written",
-    UNLISTABLE: "directory could not be listed; its files are not in the output",
-    CHANGED_DURING_RUN: "file changed on disk during the run; not written",
-    HELPER_KEPT: "an edited npu_glue.py is kept, not replaced by the helper this run would write",
-    DECLARATION_INVALID: "dependency or launcher file does not parse in its format (TOML, YAML, Python); not migrated",
-    PATH_TOO_LONG: "path longer than the system's limit (PATH_MAX); not migrated or copied",
-}
+TOOL_DECLARATIONS: Dict[str, DiagnosticCode] = {}  # the tool's own codes, filled by _tool below
+
+
+def _tool(code: str, name: str, summary: str) -> str:
+    """Declare one of the tool's codes (its page, ``docs/<code>.md``, is hand-written: no rule module
+    holds its story) and return the code for the constant that names it."""
+    TOOL_DECLARATIONS[code] = DiagnosticCode(code, name, summary)
+    return code
+
+
+PARSE_ERROR = _tool("NPU001", "parse-error", "file does not parse as Python")
+NOT_UTF8 = _tool("NPU002", "not-utf8", "file is not UTF-8 text")
+RULE_CRASH = _tool("NPU003", "rule-crash", "a rule crashed on the file")
+OUTPUT_INVALID = _tool("NPU004", "output-invalid", "the migrated file would not parse; left unchanged")
+READ_ERROR = _tool("NPU005", "read-error", "file could not be read")
+NOT_APPLIED = _tool("NPU006", "not-applied",
+                    "a rewrite was not applied: it overlaps another rewrite (the site is reported)")
+TOO_LARGE = _tool("NPU007", "too-large", "file is over the per-file size limit; not migrated")
+TIMED_OUT = _tool("NPU008", "timed-out", "file ran past the per-file time budget; not migrated")
+WORKER_DIED = _tool("NPU009", "worker-died", "the process migrating the file crashed; not migrated")
+TOO_DEEP = _tool("NPU010", "too-deep", "nesting too deep or out of memory on the file; not migrated")
+HELPER_CONFLICT = _tool("NPU011", "helper-conflict",
+                        "an npu_glue.py that is not the vendored helper, or an edited copy without a name the file "
+                        "calls, is in the way; files needing it left unchanged")
+BAD_NAME = _tool("NPU012", "bad-name", "file name has non-UTF-8 bytes or control characters; not migrated")
+WRITE_ERROR = _tool("NPU013", "write-error", "the output file could not be written")
+UNLISTABLE = _tool("NPU014", "unlistable", "directory could not be listed; its files are not in the output")
+CHANGED_DURING_RUN = _tool("NPU015", "changed-during-run", "file changed on disk during the run; not written")
+HELPER_KEPT = _tool("NPU018", "helper-kept",
+                    "an edited npu_glue.py is kept, not replaced by the helper this run would write")
+DECLARATION_INVALID = _tool("NPU017", "declaration-invalid",
+                            "dependency or launcher file does not parse in its format (TOML, YAML, Python); not migrated")
+PATH_TOO_LONG = _tool("NPU020", "path-too-long",
+                      "path longer than the system's limit (PATH_MAX); not migrated or copied")
+TOOL_CODES: Dict[str, str] = {code: declared.summary for code, declared in TOOL_DECLARATIONS.items()}
 FILE_ERRORS = frozenset({PARSE_ERROR, NOT_UTF8, RULE_CRASH, OUTPUT_INVALID, READ_ERROR, TOO_LARGE, TIMED_OUT,
                          WORKER_DIED, TOO_DEEP, HELPER_CONFLICT, BAD_NAME, WRITE_ERROR, UNLISTABLE,
                          CHANGED_DURING_RUN, DECLARATION_INVALID, PATH_TOO_LONG})  # whole files, not sites
@@ -82,11 +79,8 @@ DOCS_DIR = Path(__file__).parent / "docs"
 
 
 def tool_declarations() -> Dict[str, DiagnosticCode]:
-    """The tool codes as declarations: ``TOOL_CODES``' summary, the constant's name (``PARSE_ERROR`` →
-    ``parse-error``); none has an example fixture (the doc page's Example is written by hand)."""
-    names = {value: name.lower().replace("_", "-") for name, value in globals().items()
-             if name.isupper() and isinstance(value, str) and value in TOOL_CODES}
-    return {code: DiagnosticCode(code, names[code], summary) for code, summary in TOOL_CODES.items()}
+    """The tool codes' declarations (none has an example fixture: the page's Example is hand-written)."""
+    return dict(TOOL_DECLARATIONS)
 
 
 def doc_page(code: str) -> Optional[str]:

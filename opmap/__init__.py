@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, List
 _HOMES = {
     "EnvironmentRecord": "environment",
     "IndexRecord": "packages", "PackageRecord": "packages",
-    "PLANS": "records", "STATUSES": "records", "Fallback": "records", "OpRecord": "records", "Tolerance": "records",
+    "PLANS": "records", "STATUSES": "records", "Fallback": "records", "NamedPlan": "records", "OpRecord": "records",
+    "Tolerance": "records", "plan": "plans",
     "OpTable": "table", "load_file": "table", "load_sections": "table", "load_table": "table",
     "SchemaError": "records",
 }
@@ -20,7 +21,8 @@ __all__ = sorted(_HOMES)
 if TYPE_CHECKING:  # the names, for type checkers
     from .environment import EnvironmentRecord  # noqa: F401
     from .packages import IndexRecord, PackageRecord  # noqa: F401
-    from .records import PLANS, STATUSES, Fallback, OpRecord, SchemaError, Tolerance  # noqa: F401
+    from .plans import plan  # noqa: F401
+    from .records import PLANS, STATUSES, Fallback, NamedPlan, OpRecord, SchemaError, Tolerance  # noqa: F401
     from .table import OpTable, load_file, load_sections, load_table  # noqa: F401
 
 
@@ -30,6 +32,11 @@ BUILTIN_DIR = Path(__file__).parent
 def builtin_files() -> List[Path]:
     """The built-in op-table files (their bytes are part of the result cache's key)."""
     return sorted(BUILTIN_DIR.glob("*.yaml"))
+
+
+def is_builtin(path: Path) -> bool:
+    """Whether ``path`` is one of the op-table files shipped with the tool."""
+    return Path(path).resolve().parent == BUILTIN_DIR.resolve()
 
 
 def __getattr__(name: str):

@@ -2,13 +2,16 @@
 
 One record per torch API (its qualified name, e.g. ``torch.cuda.synchronize``; ``Tensor.cuda`` for a
 method; a trailing ``.*`` makes a prefix record that covers every name below it). The record says
-what the API becomes on an NPU and, when it cannot simply be migrated, the fallback plan.
+what the API becomes on an NPU and, when it cannot simply be migrated, the fallback plan. A named
+plan (``NamedPlan``, a built-in file's ``plans:`` section) is a plan the rules read by name
+(``opmap.plans``).
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
@@ -32,6 +35,19 @@ API_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(\.\*)?$")
 class Fallback:
     plan: str  # one of PLANS
     detail: str  # what the user should do, concretely
+
+    def filled(self, **fields: str) -> "Fallback":
+        """This plan with its detail's ``{fields}`` filled from a site (a named plan that is a template)."""
+        return Fallback(self.plan, self.detail.format(**fields))
+
+
+@dataclass(frozen=True)
+class NamedPlan:
+    """A plan declared by name in a built-in op-table file's ``plans:`` section (``opmap.plans``)."""
+
+    name: str  # "<file stem>.<name>", e.g. "attention.underflow"
+    fallback: Fallback
+    source: str = ""  # "file:line" it was declared at (for ``migrate ops show``)
 
 
 @dataclass(frozen=True)
@@ -73,13 +89,41 @@ def text(path: Path, node: yaml.Node, what: str) -> str:
 
 
 def parse_fallback(path: Path, node: yaml.Node) -> Fallback:
+    from .yaml_source import check_keys
+
+    return _fallback(path, check_keys(path, node, {"plan", "detail"}, ("plan", "detail"), "fallback"), "fallback.")
+
+
+def _fallback(path: Path, keys: Dict[str, yaml.Node], where: str) -> Fallback:
+    """The plan of checked ``plan`` and ``detail`` nodes (``where`` prefixes their names in errors)."""
+    from .yaml_source import SchemaError, line_of
+
+    plan = text(path, keys["plan"], f"{where}plan")
+    if plan not in PLANS:
+        raise SchemaError(path, line_of(keys["plan"]), f"{where}plan {plan!r} is not one of {', '.join(PLANS)}")
+    return Fallback(plan, text(path, keys["detail"], f"{where}detail"))
+
+
+def parse_plan(path: Path, node: yaml.Node) -> NamedPlan:
+    """Validate one entry of a ``plans:`` section (``name``, ``plan``, ``detail``); its name is read
+    as ``<file stem>.<name>``, and a detail with ``{fields}`` is a template (``Fallback.filled``)."""
     from .yaml_source import SchemaError, check_keys, line_of
 
-    keys = check_keys(path, node, {"plan", "detail"}, ("plan", "detail"), "fallback")
-    plan = text(path, keys["plan"], "fallback.plan")
-    if plan not in PLANS:
-        raise SchemaError(path, line_of(keys["plan"]), f"fallback.plan {plan!r} is not one of {', '.join(PLANS)}")
-    return Fallback(plan, text(path, keys["detail"], "fallback.detail"))
+    keys = check_keys(path, node, {"name", "plan", "detail"}, ("name", "plan", "detail"), "named plan")
+    name = text(path, keys["name"], "name")
+    if not name.isidentifier():
+        raise SchemaError(path, line_of(keys["name"]), f"plan name {name!r} must be a Python identifier "
+                                                       f"(it is read as {Path(path).stem}.<name>)")
+    fallback = _fallback(path, keys, f"plan {name!r}: ")
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(fallback.detail) if field is not None]
+    except ValueError as exc:
+        raise SchemaError(path, line_of(keys["detail"]), f"plan {name!r}: detail is not a valid template ({exc}); "
+                                                         "a literal brace is written {{ or }}") from None
+    bad = next((field for field in fields if not field.isidentifier()), None)
+    if bad is not None:
+        raise SchemaError(path, line_of(keys["detail"]), f"plan {name!r}: template field {{{bad}}} is not a name")
+    return NamedPlan(f"{Path(path).stem}.{name}", fallback, f"{path}:{line_of(node)}")
 
 
 def _tolerance(path: Path, node: yaml.Node) -> Dict[str, Tolerance]:

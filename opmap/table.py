@@ -1,8 +1,9 @@
 """Loading the op table: the YAML files shipped in this package, then the user's ``--opmap`` files.
 
 A file is a list of op records, or a mapping of sections: ``records`` (op records, one per torch
-API), ``packages`` and ``indexes`` (the package table, ``opmap.packages``) and ``environment``
-(launcher settings, ``opmap.environment``). A later file overrides an earlier record with the same
+API), ``packages`` and ``indexes`` (the package table, ``opmap.packages``), ``environment``
+(launcher settings, ``opmap.environment``) and, in the built-in files only, ``plans`` (named plans
+the rules read at import, ``opmap.plans``). A later file overrides an earlier record with the same
 key (``api``; ``package`` + ``local``; ``index``; ``kind`` + ``name``); within one file a repeated key is
 an error. Op lookup is exact first, then the longest ``prefix.*`` record; package, index and
 environment lookup is the most specific matching glob (an exact name first; ties: the later record).
@@ -16,12 +17,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
-from . import builtin_files
+from . import builtin_files, is_builtin
 from .environment import EnvironmentRecord, parse_environment
 from .packages import IndexRecord, PackageRecord, normalise, parse_index, parse_package, specificity
-from .records import OpRecord, parse_record
+from .records import NamedPlan, OpRecord, parse_plan, parse_record
 from .yaml_source import SchemaError, check_keys, compose, line_of
-
 
 
 @dataclass
@@ -32,9 +32,10 @@ class Sections:
     packages: List[PackageRecord] = field(default_factory=list)
     indexes: List[IndexRecord] = field(default_factory=list)
     environment: List[EnvironmentRecord] = field(default_factory=list)
+    plans: List[NamedPlan] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.packages) + len(self.indexes) + len(self.environment)
+        return len(self.records) + len(self.packages) + len(self.indexes) + len(self.environment) + len(self.plans)
 
 
 # section -> (parse one record, its key, what the key is called in an error)
@@ -44,7 +45,10 @@ _SECTIONS: Dict[str, tuple] = {
     "indexes": (parse_index, lambda r: r.index, "index"),
     "environment": (parse_environment, lambda r: " ".join(filter(None, (r.kind, r.name, r.value))),
                     "environment record"),
+    "plans": (parse_plan, lambda r: r.name, "plan"),
 }
+USER_PLANS = ("a plans section is read only from the built-in op table (the rules take their named plans "
+              "at import); override a record's fallback instead")
 
 
 def _section(path: Path, node: yaml.Node, name: str) -> list:
@@ -73,6 +77,8 @@ def load_sections(path: Path) -> Sections:
         if not keys:
             raise SchemaError(path, line_of(root), f"an op table file has at least one of the sections "
                                                    f"{', '.join(_SECTIONS)}")
+        if "plans" in keys and not is_builtin(path):
+            raise SchemaError(path, line_of(keys["plans"]), USER_PLANS)
         return Sections(**{name: _section(path, node, name) for name, node in keys.items()})
     if not isinstance(root, yaml.SequenceNode):
         raise SchemaError(path, line_of(root), "an op table file is a list of records")
@@ -102,6 +108,7 @@ class OpTable:
         self._packages: Dict[tuple, PackageRecord] = {}
         self._indexes: Dict[str, IndexRecord] = {}
         self._environment: Dict[tuple, EnvironmentRecord] = {}
+        self._plans: Dict[str, NamedPlan] = {}
         for record in records:
             self.add(record)
 
@@ -117,6 +124,7 @@ class OpTable:
         for env in sections.environment:
             self._environment.pop(env.key, None)
             self._environment[env.key] = env
+        self._plans.update((named.name, named) for named in sections.plans)
 
     def package(self, name: str, local: Optional[str] = None) -> Optional[PackageRecord]:
         """The package record for a distribution (any spelling of its name) and the local label of
@@ -151,6 +159,13 @@ class OpTable:
 
     def environment_records(self) -> List[EnvironmentRecord]:
         return list(self._environment.values())
+
+    def plan(self, name: str) -> Optional[NamedPlan]:
+        """The named plan ``<file stem>.<name>`` (``attention.underflow``), None when none has it."""
+        return self._plans.get(name)
+
+    def plans(self) -> List[NamedPlan]:
+        return sorted(self._plans.values(), key=lambda named: named.name)
 
     def add(self, record: OpRecord) -> None:
         if record.is_prefix:

@@ -50,13 +50,21 @@ LIST_HEADER = ("api", "status", "code", "target / plan")
 
 
 @ops_app.command("show")
-def show_op(name: str = typer.Argument(..., metavar="NAME", help="Qualified torch API name, e.g. torch.cuda.synchronize."),
+def show_op(name: str = typer.Argument(..., metavar="NAME", help="Qualified torch API name, e.g. torch.cuda.synchronize, "
+                                                                 "or a named plan, e.g. attention.underflow."),
             opmap: Optional[List[Path]] = OpmapOption) -> None:
-    """Show every field of the record that covers NAME (on stdout)."""
-    record = _table(opmap).get(name)
+    """Show every field of the record that covers NAME, or of the named plan NAME (on stdout)."""
+    table = _table(opmap)
+    record = table.get(name)
     if record is None:
-        console.print(f"[red]no op-table record covers {name}[/]")
-        raise typer.Exit(exitcodes.CONFIG_ERROR)
+        named = table.plan(name)
+        if named is None:
+            console.print(f"[red]no op-table record covers {name}, and no plan has that name[/]")
+            raise typer.Exit(exitcodes.CONFIG_ERROR)
+        for key, value in (("plan", named.name), ("defined at", named.source), ("fallback.plan", named.fallback.plan),
+                           ("fallback.detail", named.fallback.detail)):
+            typer.echo(f"{key}: {value}")
+        return
     rows = [("api", record.api), ("status", record.status), ("code", record.code), ("target", record.target),
             ("summary", record.summary), ("defined at", record.source)]
     rows += [(f"args.{k}", v) for k, v in record.args.items()]
@@ -83,7 +91,7 @@ def validate(files: List[Path] = typer.Argument(..., metavar="FILE...", help="Op
             failed = True
         else:
             parts = [f"{len(sections.records)} records"]
-            parts += [f"{len(getattr(sections, name))} {name}" for name in ("packages", "indexes", "environment")
+            parts += [f"{len(getattr(sections, name))} {name}" for name in ("packages", "indexes", "environment", "plans")
                       if getattr(sections, name)]
             typer.echo(f"{path}: {', '.join(parts)} OK")
     raise typer.Exit(exitcodes.CONFIG_ERROR if failed else exitcodes.OK)

@@ -1,18 +1,27 @@
-"""The generated parts of the doc pages ``migrate/docs/NPUxxx.md``, from the code declarations.
+"""The doc pages ``migrate/docs/NPUxxx.md`` and the README's code list, generated from the code
+declarations: each code's story is told once.
 
-Generated: the heading ``# CODE: summary`` (every code), and for a rule code the ``## Example``
-section (its declared example fixture: a rewrite's first changed hunk of ``input.py`` →
-``expected.py`` as before/after, a report's input lines at the finding and its message) and the
-``## Op-table records`` section (the records whose ``code:`` is the code: op records, package,
-index and environment records). A dependency or launcher file's code takes its example from
-``fixtures/files/<CODE>_<slug>/`` (``input/<file>`` → ``expected/<file>``, in the file's own
-language). The other sections are written by hand and kept as they are; a tool code's Example is
-hand-written too (it has no fixture). A code that declares its ``doc`` (a rule module's docstring,
-in ``## `` sections) has a wholly generated page: its prose lives once, with the rule.
+- A rule's code (NPU1xx-NPU4xx, ``migrate/rules/<family>/``) declares its ``doc``: the rule module's
+  docstring, whose ``## `` sections (``HEADINGS``: What it does, Why, Fix safety, Known problems) are
+  the page's prose; a docstring that documents several codes has one part per code, under a line
+  ``# NPUxxx``. Its page is wholly generated; a rule code without a doc is an error.
+- The tool's own codes (NPU0xx, ``diagnostics.TOOL_CODES``) and the dependency and launcher files'
+  (``files.codes``) have no rule module to hold their story: the hand-written sections of their page
+  are its one source, kept as they are (a tool code's Example is hand-written too: no fixture).
+- Generated on every page: the heading ``# CODE: summary``, and for a code with an example fixture
+  the ``## Example`` section (a rewrite's first changed hunk of ``input.py`` → ``expected.py`` as
+  before/after, a report's input lines at the finding and its message; a dependency or launcher
+  file's from ``fixtures/files/<CODE>_<slug>/``, in the file's own language) and the ``## Op-table
+  records`` section (the records whose ``code:`` is the code: op records, package, index and
+  environment records).
+- README.md: the block between ``README_BEGIN`` and ``README_END``, ``migrate explain``'s first lines
+  for one code and the table of every code with its summary. ``migrate explain`` prints the pages and
+  lists the catalogue, so the CLI, the pages and the README say the same.
 
 The pages are package data and the installed tool has no fixtures, so this is a dev-time step:
-``python -m npu_migrate.migrate.outputs.doc_pages --write`` rewrites the pages in place,
-``--check`` (the default) lists those that differ; tests/outputs/test_doc_pages.py fails on them.
+``python -m npu_migrate.migrate.outputs.doc_pages --write`` rewrites the pages and the README block
+in place, ``--check`` (the default) lists those that differ; tests/outputs/test_doc_pages.py fails
+on them.
 """
 
 from __future__ import annotations
@@ -22,17 +31,25 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 from .. import catalogue, diagnostics
 from ..diagnostics import DiagnosticCode
+from ..files.codes import DECLARATIONS
 from ..helpers import BESIDE, HELPER
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
+ROOT = Path(__file__).resolve().parents[2]  # the source checkout
+FIXTURES, README = ROOT / "fixtures" / "rules", ROOT / "README.md"
 COMMAND = "python -m npu_migrate.migrate.outputs.doc_pages --write"
+README_BEGIN = f"<!-- the code list: generated from the code declarations by `{COMMAND}` -->"
+README_END = "<!-- end of the code list -->"
+EXPLAINED, EXPLAINED_LINES = "NPU302", 5  # the README shows the first lines of this code's page
 CONTEXT = 1  # unchanged lines around a hunk
 REPORT_BEFORE, REPORT_AFTER = 3, 3  # at most this many lines around a reported finding
 EXAMPLE, RECORDS, AFTER_EXAMPLE = "Example", "Op-table records", "Fix safety"
+HEADINGS = ("What it does", "Why", "Fix safety", "Known problems")  # the written sections of every page
+PART = re.compile(r"^# (NPU\d{3})[ \t]*$", re.M)  # a docstring's part for one of the codes it documents
+HEADING = re.compile(r"^(## .*)\n(?=\S)", re.M)  # a section heading with its text on the next line
 
 
 def op_table_keys(table=None) -> Dict[str, Tuple[str, ...]]:
@@ -187,13 +204,23 @@ def _set_section(page: str, title: str, body: str, before: str) -> str:
     return page[:anchor.start()] + text + page[anchor.start():]
 
 
-def prose(doc: str) -> str:
-    """The ``## `` sections of a declared ``doc`` (a rule module's docstring: its summary line and
-    whatever precedes the first section are for readers of the code)."""
+def prose(doc: str, code: str) -> str:
+    """The ``## `` sections of ``code``'s declared ``doc`` (a rule module's docstring: its summary line
+    and whatever precedes the first section are for readers of the code). A docstring that documents
+    several codes has one part per code, each under a line ``# NPUxxx``; every code's prose has the
+    sections every page has (``HEADINGS``), in that order."""
+    parts = {match.group(1): match for match in PART.finditer(doc)}
+    if parts:
+        if code not in parts:
+            raise ValueError(f"the doc declared for {code} has parts for {', '.join(parts)} but no '# {code}' line")
+        end = next((m.start() for m in PART.finditer(doc, parts[code].end())), len(doc))
+        doc = doc[parts[code].end():end]
     at = re.search(r"^## ", doc, re.M)
-    if at is None:
-        raise ValueError("a declared doc needs '## ' sections (What it does, Why, Fix safety)")
-    return doc[at.start():].rstrip("\n") + "\n"
+    titles = [title.strip() for title in re.findall(r"^## (.*)$", doc, re.M)]
+    if at is None or [t for t in titles if t in HEADINGS] != list(HEADINGS):
+        raise ValueError(f"the doc declared for {code} needs the '## ' sections {', '.join(HEADINGS)} in this order "
+                         f"(it has: {', '.join(titles) or 'none'})")
+    return HEADING.sub(r"\1\n\n", doc[at.start():].strip("\n") + "\n")  # a blank line under each heading
 
 
 def render(page: str, declared: DiagnosticCode, keys: Sequence[str] = (), fixtures: Path = FIXTURES) -> str:
@@ -201,7 +228,7 @@ def render(page: str, declared: DiagnosticCode, keys: Sequence[str] = (), fixtur
     code that declares its ``doc`` has no hand-written part: the page is made from it)."""
     _, _, rest = page.partition("\n")
     if declared.doc:
-        rest = "\n" + prose(declared.doc)
+        rest = "\n" + prose(declared.doc, declared.code)
     page = f"# {declared.code}: {declared.summary}\n{rest}"
     if declared.example:
         page = _set_section(page, EXAMPLE, example_section(declared, fixtures), AFTER_EXAMPLE)
@@ -209,24 +236,56 @@ def render(page: str, declared: DiagnosticCode, keys: Sequence[str] = (), fixtur
     return page.rstrip("\n") + "\n"
 
 
-def generated(docs: Path = diagnostics.DOCS_DIR, fixtures: Path = FIXTURES) -> Dict[Path, Tuple[str, str]]:
-    """Every code's page: path → (text on disk, text generated from the declarations)."""
+def readme_block(declarations: Dict[str, DiagnosticCode], pages: Dict[str, str]) -> str:
+    """The README's generated block: ``migrate explain``'s first lines for ``EXPLAINED`` (its page as
+    a pipe prints it) and the table of every code with its summary."""
+    shown = pages[EXPLAINED].splitlines()[:EXPLAINED_LINES]
+    rows = [f"| {code} | {declared.summary.replace('|', chr(92) + '|')} |" for code, declared in declarations.items()]
+    return "\n".join([README_BEGIN, "", "```", f"$ migrate explain {EXPLAINED} | head -{EXPLAINED_LINES}", *shown,
+                      "```", "", "| code | summary |", "|---|---|", *rows, "", README_END])
+
+
+def render_readme(readme: str, block: str) -> str:
+    """``readme`` with the text between its markers (``README_BEGIN`` … ``README_END``) made ``block``."""
+    start, end = readme.find(README_BEGIN), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no '{README_BEGIN}' ... '{README_END}' block for the code list")
+    return readme[:start] + block + readme[end + len(README_END):]
+
+
+def hand_written_codes() -> Set[str]:
+    """The codes whose page is the one hand-written source of their prose: the tool's own codes and
+    the dependency and launcher files' (no rule module holds their story). Every rule code declares
+    its ``doc``."""
+    return set(diagnostics.TOOL_CODES) | {declared.code for declared in DECLARATIONS}
+
+
+def generated(docs: Path = diagnostics.DOCS_DIR, fixtures: Path = FIXTURES,
+              readme: Path = README) -> Dict[Path, Tuple[str, str]]:
+    """Every code's page and the README: path → (text on disk, text generated from the declarations)."""
     if not fixtures.is_dir():
         raise FileNotFoundError(f"{fixtures}: the fixtures are in the source checkout, not the installed tool")
     keys = op_table_keys()
-    pages = {}
-    for code, declared in catalogue.declarations().items():
+    declarations = catalogue.declarations()
+    hand_written = hand_written_codes()
+    pages, texts = {}, {}
+    for code, declared in declarations.items():
         path = docs / f"{code}.md"
+        if not declared.doc and code not in hand_written:
+            raise ValueError(f"{code} declares no doc: a rule's code passes doc=__doc__ (its module's '## ' sections)")
         if not path.is_file() and not declared.doc:
             raise FileNotFoundError(f"{path}: {code} has no doc page (write its hand-written sections first)")
         current = path.read_text(encoding="utf-8") if path.is_file() else ""
-        pages[path] = (current, render(current, declared, keys.get(code, ()), fixtures))
+        texts[code] = render(current, declared, keys.get(code, ()), fixtures)
+        pages[path] = (current, texts[code])
+    current = readme.read_text(encoding="utf-8")
+    pages[readme] = (current, render_readme(current, readme_block(declarations, texts)))
     return pages
 
 
-def main(argv: Sequence[str] = (), docs: Path = diagnostics.DOCS_DIR) -> int:
+def main(argv: Sequence[str] = (), docs: Path = diagnostics.DOCS_DIR, readme: Path = README) -> int:
     write = "--write" in argv
-    stale = [(path, new) for path, (old, new) in generated(docs).items() if old != new]
+    stale = [(path, new) for path, (old, new) in generated(docs, readme=readme).items() if old != new]
     for path, new in stale:
         if write:
             path.write_text(new, encoding="utf-8")

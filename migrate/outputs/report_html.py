@@ -78,7 +78,7 @@ def _dependencies(report: dict) -> str:
     packages, environment = section.get("packages", []), section.get("environment", [])
     if not (packages or environment):
         return ""
-    parts = [f'<section id="dependencies"><h2>Dependencies and environment</h2>']
+    parts = ['<section id="dependencies"><h2>Dependencies and environment</h2>']
     if packages:
         head = "".join(f"<th>{h}</th>" for h in ("package", "status", "declared in", "replacement", "codes"))
         rows = "".join(

@@ -1,12 +1,16 @@
-"""The doc pages' generated parts (heading, Example, Op-table records) match the declarations; the
-hand-written sections are kept as they are."""
+"""The doc pages' generated parts (heading, Example, Op-table records) match the declarations; a rule
+code's prose is its declared doc (the rule module's docstring), a tool or file code's the hand-written
+sections of its page; the README's code list is generated from the same declarations."""
 
+import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from npu_migrate.migrate import catalogue, diagnostics
 from npu_migrate.migrate.diagnostics import DiagnosticCode
+from npu_migrate.migrate.cli.app import app
 from npu_migrate.migrate.outputs import doc_pages
 from npu_migrate.migrate.outputs.codes import section_of
 from tests.snippets import builtin_table
@@ -49,11 +53,14 @@ def test_the_check_command_names_the_stale_page_and_the_fix(tmp_path, capsys):
     for page in diagnostics.DOCS_DIR.glob("*.md"):
         (docs / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
     (docs / "NPU321.md").write_text((docs / "NPU321.md").read_text().replace("# NPU321: ", "# NPU321: stale "))
-    assert doc_pages.main([], docs) == 1
+    readme = tmp_path / "README.md"
+    readme.write_text(doc_pages.README.read_text(encoding="utf-8").replace("| NPU101 |", "| NPU101 | stale"))
+    assert doc_pages.main([], docs, readme) == 1
     err = capsys.readouterr().err
-    assert "NPU321.md" in err and doc_pages.COMMAND in err and "NPU320.md" not in err
-    assert doc_pages.main(["--write"], docs) == 0 and doc_pages.main([], docs) == 0
+    assert "NPU321.md" in err and "README.md" in err and doc_pages.COMMAND in err and "NPU320.md" not in err
+    assert doc_pages.main(["--write"], docs, readme) == 0 and doc_pages.main([], docs, readme) == 0
     assert (docs / "NPU321.md").read_text() == diagnostics.doc_page("NPU321")
+    assert readme.read_text() == doc_pages.README.read_text(encoding="utf-8")
 
 
 def test_headings_are_the_declared_summaries_and_report_codes_have_their_own():
@@ -124,3 +131,78 @@ def test_op_table_keys_are_the_records_with_the_code():
     assert "pattern.rms_norm.unrecognised" in keys["NPU321"]  # the residual pass's record
     page = diagnostics.doc_page("NPU321")
     assert section_of(page, "Op-table records") == ", ".join(f"`{k}`" for k in keys["NPU321"])
+
+
+DOC = """NPU777/NPU778: two codes of one module.
+
+# NPU777
+## What it does
+Rewrites things.
+
+## Why
+Because.
+
+## Fix safety
+Safe.
+
+## Known problems
+None.
+
+# NPU778
+## What it does
+Reports the others.
+## Why
+They differ.
+## Fix safety
+Nothing is changed.
+## Known problems
+Some.
+"""
+
+
+def test_a_declared_doc_is_the_whole_prose_one_part_per_code_with_a_blank_line_under_each_heading(tmp_path):
+    seventy_eight = doc_pages.render("", DiagnosticCode("NPU778", "other", "the other code", doc=DOC))
+    assert seventy_eight == ("# NPU778: the other code\n\n## What it does\n\nReports the others.\n## Why\n\n"
+                             "They differ.\n## Fix safety\n\nNothing is changed.\n## Known problems\n\nSome.\n")
+    seventy_seven = doc_pages.render(PAGE, DiagnosticCode("NPU777", "demo", "a new summary", doc=DOC))
+    assert section_of(seventy_seven, "What it does") == "Rewrites things." and "Reports the others" not in seventy_seven
+    assert "old hand-written example" not in seventy_seven and "two codes of one module" not in seventy_seven
+
+
+@pytest.mark.parametrize("doc, problem", [
+    (DOC.replace("# NPU778", "# NPU779"), "has parts for NPU777, NPU779 but no '# NPU778' line"),
+    (DOC.replace("## Why\nThey differ.\n", ""), "needs the '## ' sections What it does, Why, Fix safety, Known problems"),
+    ("NPU778: no sections at all", "(it has: none)"),
+])
+def test_a_declared_doc_without_the_code_or_its_sections_is_an_error(doc, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        doc_pages.prose(doc, "NPU778")
+
+
+def test_every_rule_code_declares_its_doc_and_only_tool_and_file_codes_have_hand_written_pages():
+    hand_written = doc_pages.hand_written_codes()
+    assert set(diagnostics.TOOL_CODES) <= hand_written and "NPU130" in hand_written
+    for code, declared in catalogue.declarations().items():
+        assert bool(declared.doc) != (code in hand_written), code
+        if declared.doc:  # the page says what the doc says, and nothing hand-written survives beside it
+            assert diagnostics.doc_page(code).split("\n", 1)[1].startswith("\n" + doc_pages.prose(declared.doc, code)[:40])
+
+
+def test_a_rule_code_without_a_doc_is_refused(monkeypatch):
+    monkeypatch.setattr(catalogue, "declarations", lambda: {"NPU777": DiagnosticCode("NPU777", "demo", "summary")})
+    with pytest.raises(ValueError, match="NPU777 declares no doc"):
+        doc_pages.generated()
+
+
+def test_the_readme_block_lists_every_code_and_shows_what_explain_prints():
+    readme = doc_pages.README.read_text(encoding="utf-8")
+    block = readme[readme.index(doc_pages.README_BEGIN):readme.index(doc_pages.README_END)]
+    for code, declared in catalogue.declarations().items():
+        summary = declared.summary.replace("|", "\\|")  # a pipe in a table cell is escaped
+        assert f"\n| {code} | {summary} |\n" in block, code
+    explained = CliRunner().invoke(app, ["explain", doc_pages.EXPLAINED]).output
+    shown = "\n".join(explained.splitlines()[:doc_pages.EXPLAINED_LINES])
+    assert f"$ migrate explain {doc_pages.EXPLAINED} | head -{doc_pages.EXPLAINED_LINES}\n{shown}\n```" in block
+    with pytest.raises(ValueError, match="no '<!-- the code list"):
+        doc_pages.render_readme("# a README without the markers\n", block)
+    assert doc_pages.render_readme(f"a\n{doc_pages.README_BEGIN}\nold\n{doc_pages.README_END}\nb\n", "new") == "a\nnew\nb\n"

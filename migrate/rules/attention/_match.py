@@ -29,27 +29,16 @@ from ...refusal import Refusal, blocked
 from ...view.values import number, reaches, same_value
 from ...view.syntax import code
 from ...view import Value
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 NEGATIVE_INFINITY = ("math.inf", "torch.inf", "numpy.inf", "float.inf")
-UNDERFLOW_PLAN = Fallback("manual", (
-    "The scores are masked with a large finite negative number, not minus infinity. The fused kernel removes "
-    "masked keys exactly, which equals the eager softmax only when exp(fill - max score) underflows to 0. Use "
-    "float('-inf') or torch.finfo(scores.dtype).min as the fill value (the result is unchanged wherever the "
-    "masked scores underflow, which is every realistic case), then run migrate again."))
-SOFTCAP_PLAN = Fallback("composite", "keep the eager attention (the fused kernel has no soft-cap); a custom "
-                                     "kernel (TileLang-Ascend / Ascend C) could fuse it")
-SINKS_PLAN = Fallback("manual", "npu_fusion_attention's (and _v3's) `sink` argument (float32 [head_num], needs a recent CANN) "
-                                "computes per-head sinks: pass the sink logits there and drop the concatenation, "
-                                "then check parity; until then the eager code runs")
-EINSUM_PLAN = Fallback("manual", "rewrite the scores as torch.matmul(q, k.transpose(-2, -1)) on [B, N, S, D] tensors "
-                                 "(or call F.scaled_dot_product_attention) so NPU302/NPU301 can fuse them")
-MERGED_PLAN = Fallback("manual", "compute the scores on the 4-D [B, N, S, D] query and key (q @ k.transpose(-2, -1)) "
-                                 "so NPU302 can fuse them, or call torch_npu.npu_fusion_attention on the 4-D tensors "
-                                 "with input_layout=\"BNSD\"; until then the eager code runs")
-HEAD_MASK_PLAN = Fallback("composite", "keep the eager attention, or apply the head mask to the output per head "
-                                       "when it is a per-head scalar (it then commutes with P @ V)")
+UNDERFLOW_PLAN = plan("attention.underflow")
+SOFTCAP_PLAN = plan("attention.softcap")
+SINKS_PLAN = plan("attention.sinks")
+EINSUM_PLAN = plan("attention.einsum")
+MERGED_PLAN = plan("attention.merged_heads")
+HEAD_MASK_PLAN = plan("attention.head_mask")
 
 
 @dataclass

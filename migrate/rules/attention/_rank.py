@@ -20,12 +20,9 @@ from typing import Optional, Sequence, Union
 
 from ...refusal import Refusal, blocked
 from ...view.rank import rank
-from ....opmap import Fallback
+from ....opmap import plan
 
-RANK_PLAN = Fallback("manual", (
-    "Keep the original code (it runs on the NPU, unfused). npu_fusion_attention takes q, k and v as 4-D "
-    "[B, N, S, D] (BNSD), 3-D [B, S, N*D] (BSH) or [T, N, D] (TND): reshape them to [B, N, S, D] before "
-    "the attention (q.view(b, s, n, d).transpose(1, 2)), run migrate again and check with migrate parity."))
+RANK_PLAN = plan("attention.rank")
 
 
 @dataclass(frozen=True)

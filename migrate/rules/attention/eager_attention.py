@@ -1,27 +1,105 @@
-"""NPU302/NPU303: hand-written attention (any spelling the dataflow view reads) → npu_fusion_attention.
+"""NPU302/NPU303: hand-written attention (any spelling the dataflow view reads) → a guarded
+npu_fusion_attention, or reported with a plan where the kernel cannot express it exactly or the
+region would not be sound (``migrate.defuse``). Each code's page is its part below.
 
-The statements that compute the attention become a guarded region, ``if npu_glue.can_fuse(...):
-<fused call> else: <the original>``: the guard checks at run time what cannot be proven statically
-(4-D tensors, dtype, head dim, mask values and fully masked rows, a scalar scale) and the original
-code stays as the fallback, unchanged. The fused call is ``npu_glue.fusion_attention(...)``
-(``torch_npu.npu_fusion_attention`` in BNSD): it casts q/k/v to autocast's dtype under AMP, as the
-original's matmuls do, and gives rows with every key masked (left padding) the original's value. A slice of a causal buffer (``torch.tril(torch.ones(...))`` in
-the class) is handed to the kernel as its mask, its current values converted on every call: the
-buffer may be filled, loaded or written through ``.data`` after the class built it, so its contents
-are never taken for the kernel's causal mode. Other masks are converted to the NPU's True = masked
-out the same way. K and V repeated for grouped-query
-attention (``repeat_kv``, ``repeat_interleave``) are passed with their own head count (the kernel's
-native GQA), and the repetition moves into the fallback when nothing else reads it. When the
-probabilities are used afterwards, the fused path runs only under a run-time condition that says
-they are not (``not output_attentions``, Hugging Face's ``output_attentions`` request), and sets them
-to None there.
+# NPU302
+## What it does
+Finds attention written out in a function or method: scores from `torch.matmul`/`@` of q and a
+transposed k (`k.transpose(-2, -1)`, `transpose(2, 3)`, `.mT`), an optional scale (`* scaling`, `/
+math.sqrt(d)`), optional masks (`+ attention_mask`, also under `if attention_mask is not None:`;
+`masked_fill(cond, -inf or finfo.min)`; `torch.where(keep, w, finfo.min)`), `softmax(dim=-1)` (any
+alias, optionally in float32 and cast back), optional dropout (`F.dropout` or an `nn.Dropout`
+attribute of the class), then the product with v. Grouped-query attention (k and v repeated by
+Hugging Face's `repeat_kv` or by `repeat_interleave`) uses the kernel's own GQA: k and v are passed
+with their own head count, and the repetition moves into the fallback when nothing else reads it.
+The run of statements becomes
 
-Reported instead (NPU303, with a plan): what the kernel cannot express exactly (soft-capped
-logits, attention sinks, a position bias such as T5's ``position_bias`` or ALiBi added inside the
-softmax, a head mask multiplying the probabilities, masks filled with a finite value, einsum forms
-that are not a contraction over the last dims), probabilities used after the product with V
-without a run-time flag that says they are not, and regions that would not be sound
-(``migrate.defuse``).
+```python
+if npu_glue.can_fuse(q, k, v, ...):
+    out = npu_glue.fusion_attention(q, k, v, q.shape[1], ...)
+else:
+    <the original statements>
+```
+
+`npu_glue.fusion_attention` calls `torch_npu.npu_fusion_attention(q, k, v, N, "BNSD", ...)[0]`;
+under AMP it first casts q, k and v to autocast's dtype, as the original's matmuls do.
+
+A slice of a causal buffer (built with `torch.tril(torch.ones(...))` in the class, sliced `[:, :,
+:T, :T]` or `[:, :, K - Q:K, :K]`) is handed to the kernel as its mask: `npu_glue.npu_mask(q, k,
+causal=<slice>)` converts its current values on every call (zeros are masked out). The buffer may be
+filled (a prefix-LM's `fill_(1)`), loaded or written through `.data` after `__init__`, so its
+contents are never taken for the kernel's causal `sparse_mode`. Other masks are converted at run
+time by `npu_glue.npu_mask` the same way (True = masked out).
+
+## Why
+The fused kernel never forms the [B, N, Sq, Skv] probabilities, which is the whole memory and speed
+win on an Ascend NPU, but it is exact only when its preconditions hold (dtype, rank, head dim, mask
+values). Those are checked at run time; the original code stays, unchanged, as the fallback.
+
+When the probabilities are used after the product with V, the fused path runs only under a run-time
+condition that says they are not: a function parameter that guards their use (`(out, probs) if
+output_attentions else (out,)` → `and not output_attentions`), or, for Hugging Face's
+`eager_attention_forward(module, ..., **kwargs)` returning `(attn_output, attn_weights)`, `not
+npu_glue.attention_weights_requested(module, kwargs)`. transformers 5.x records the returned weights
+only through its output-capturing hooks, which are active only when `output_attentions` is passed to
+the call (it then reaches the attention function's `**kwargs`) or set in the config; the fused path
+returns `attn_weights = None` otherwise, as the SDPA implementation does. A head mask applied under
+`if head_mask is not None:` adds `and head_mask is None`. Anything else is reported by NPU303.
+
+## Fix safety
+Guarded: `npu_glue.can_fuse` requires 4-D q/k/v, q and k of one float16/bfloat16/float32 dtype, D ≤
+768, Nq ≤ 256 and a multiple of Nkv, masks that broadcast to the scores, additive masks with only 0
+and values ≤ dtype min / 2, a causal slice covering the whole score matrix, and no fully masked row
+(the eager softmax gives NaN or a uniform average there, which the kernel alone does not reproduce),
+unless `npu_glue.fusion_attention` gives such rows the original's value on the device: with one
+additive mask, scores not in float16 and no gradient needed, it zeroes the row's query and opens the
+keys whose mask value is the row's largest, so the kernel's softmax is the original's uniform one
+(NaN where that value is minus infinity), with no host synchronisation. When P was cast to V's dtype
+(GPT-J computes the scores in float32), the kernel runs in q's dtype and the output is cast to V's
+dtype. Mask order does not matter because only 0 / minus-infinity masks convert. The value
+conditions (0 / minus infinity, no fully masked row) are read on every call, one host
+synchronisation per call, unless a rule proves them from code in the same function: a verdict kept
+between calls could be stale (`docs/design.md`, "Derived state"). Proven under the emulator and by
+`migrate parity` on the nanoGPT, Llama-GQA, BERT and GPT-J fixtures.
+
+## Known problems
+Dropout inside the kernel draws a different random pattern (equal in distribution). Batches with a
+fully masked query row (left padding with a causal mask) run the original code for the whole call
+where the row cannot be given the original's value on the device (several masks, float16 scores,
+training). Scores from `torch.bmm` (3-D) are not rewritten. A scale given as a tensor attribute is
+passed as `float(...)`, which synchronises once per call. Mask expressions are written twice (guard
+and call).
+
+# NPU303
+## What it does
+Reports hand-written attention that NPU302 recognises but must not rewrite: logit soft-capping
+(`tanh(x / cap) * cap`), attention sinks (a logit column concatenated before the softmax), a
+position bias added to the scores (T5's `position_bias`, ALiBi's `baddbmm` with the bias as input),
+a head mask multiplying the probabilities unconditionally, probabilities used after the product with
+V with no run-time condition that says they are not, and scores from `einsum` or from `baddbmm(...,
+beta=0, alpha=scale)` (GPT-2's `reorder_and_upcast_attn` path: only the scaled product, on 3-D
+operands the rule does not prove to be Q and Kᵀ with the heads merged). The softmax of an `einsum`
+or `baddbmm` may follow outside the block, as after GPT-2's `with torch.autocast(...,
+enabled=False):`. Also reported: scores masked with a large finite value instead of minus infinity,
+q, k or v of a rank the kernel does not take, and attention whose statements cannot move into a
+guarded region soundly (`migrate.defuse`: the fused call would read what the moved statements
+define, or later code reads what only one branch defines).
+
+## Why
+`npu_fusion_attention` computes `softmax(scale * (QKᵀ + pse) masked) V` and never forms the
+probabilities. Each reported form either changes the logits in a way the kernel has no argument for,
+or needs the probabilities, so a rewrite would be silently wrong.
+
+## Fix safety
+Reported only (plan `composite`, `custom-kernel` or `manual`); the code is unchanged. Each form's
+plan is a named plan of `opmap/attention.yaml` (`migrate ops show attention.softcap`, ...).
+
+## Known problems
+A bias is told from a mask by its name (`bias`, `position`, `alibi`, `pse`, `rel`); an unnamed bias
+is taken as a mask by NPU302, whose run-time check then finds values that are neither 0 nor minus
+infinity and runs the original code, so it is safe but not reported. GPT-J's `_attn`, which returns
+the probabilities to a caller that discards them, is reported: the rule does not follow calls across
+methods.
 """
 
 from __future__ import annotations
@@ -109,10 +187,10 @@ class EagerAttention(FunctionRule, Rule):
     declarations = (
         DiagnosticCode("NPU302", "eager-attention",
                        "hand-written attention → torch_npu.npu_fusion_attention, guarded, the original kept as "
-                       "fallback", rewrites=True, example="eager_aliased"),
+                       "fallback", rewrites=True, example="eager_aliased", doc=__doc__),
         DiagnosticCode(REPORT, "eager-attention-unfused",
                        "attention the fused kernel cannot express exactly is reported with a plan",
-                       example="unfusable"),
+                       example="unfusable", doc=__doc__),
     )
     triggers = (b"softmax", b"Softmax")
 

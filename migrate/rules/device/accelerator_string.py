@@ -1,13 +1,25 @@
 """NPU208: Lightning accelerator strings (``accelerator="cuda"`` / ``"gpu"``) are reported, not rewritten.
 
-Lightning accepts "cpu", "gpu", "cuda", "mps", "tpu", "hpu" and "auto" (and registered or custom
-``Accelerator`` instances); "npu" is not built in, and "auto" on an NPU machine picks the CPU. So
-neither keeping "cuda" (Lightning refuses it: no CUDA device) nor writing "npu" (unknown name) is
-right: the site is reported with the plan of writing a small NPU ``Accelerator``. The strings are
-found where a choice is made: the ``accelerator=`` keyword, assignments to names like
-``accelerator``, parameter defaults and ``--accelerator`` defaults (a string or a ternary of
-strings); comparisons and sets of allowed names only test a choice and are not reported.
-Hugging Face Accelerate needs nothing: it detects an Ascend NPU itself (accelerate >= 0.22).
+## What it does
+Reports the strings `"cuda"` and `"gpu"` where they name a Lightning accelerator: the `accelerator=`
+argument of any call (`Trainer`, `Fabric`), values assigned to names like `accelerator`, parameter
+defaults and `--accelerator` command-line defaults. Comparisons (`accelerator == "cuda"`) and sets
+of allowed names only test the choice and are not reported. The NPU202 device-string rewrite leaves
+all of them alone.
+
+## Why
+Lightning accepts "cpu", "gpu", "cuda", "mps", "tpu", "hpu", "auto" and registered or custom
+`Accelerator` instances; "npu" is not a built-in name, "cuda" fails on a machine without CUDA, and
+"auto" on an NPU machine silently trains on the CPU. Lightning's documented extension point is a
+custom `Accelerator` subclass. Hugging Face Accelerate needs no change: it detects an Ascend NPU
+itself (accelerate ≥ 0.22).
+
+## Fix safety
+Reported only (plan `manual`); the plan lists the methods of the NPU accelerator (set_device,
+get_parallel_devices, auto_device_count, is_available, get_device_stats) in terms of `torch.npu`.
+
+## Known problems
+Accelerator names read from YAML configs or environment variables are not seen.
 """
 
 import re
@@ -26,7 +38,7 @@ class AcceleratorString(LiteralRule):
     declarations = (
         DiagnosticCode("NPU208", "accelerator-string",
                        'Lightning accelerator "cuda"/"gpu" (no built-in NPU accelerator: reported)',
-                       example="accelerator_string"),
+                       example="accelerator_string", doc=__doc__),
     )
     triggers = (b"accelerator",)
 

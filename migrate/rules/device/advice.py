@@ -1,13 +1,58 @@
 """NPU401/NPU402: the vendor tool's performance and precision advice, as opt-in notes.
 
-msFmkTransplt writes ``api_performance_advice.csv`` and ``api_precision_advice.csv`` (opmap/reference/torch_npu_facts.md
-§(iii)); a user who moves from it keeps that advice with ``--select NPU4`` (NPU4xx codes are opt-in).
 Table-driven (``opmap/advice.yaml``): a use of a name with an NPU401/NPU402 record is noted with the
-record's plan where the advice applies (``APPLIES``: a DataLoader without ``pin_memory=True`` and
-``num_workers``, a DDP without ``bucket_cap_mb``, ``set_detect_anomaly`` not False,
-``set_compile_mode(jit_compile=True)``, an optimizer without ``fused=True``); two method forms are
-found by shape: a host-to-device copy (``.to(device)``, ``.npu()``, ``.cuda()``) without
-``non_blocking=True``, and ``.reshape(...)``.
+record's plan where the advice applies (``APPLIES``); two method forms are found by shape: a
+host-to-device copy without ``non_blocking=True``, and ``.reshape(...)``. Each code's page is its
+part below.
+
+# NPU401
+## What it does
+Opt-in (`--select NPU4` or `--select NPU401`): notes where msFmkTransplt's performance advice
+applies, with the advice as the plan. `torch.optim.AdamW`/`Adam`/`SGD`/`Adadelta`/`RMSprop` without
+`fused=True` (torch_npu's `NpuFused*`, or `fused=True` where the NPU has the fused kernel);
+`torch.nn.Linear` (a wrapper around `torch_npu.npu_linear`); `DataLoader` without `pin_memory=True`
+and `num_workers > 0`; `DistributedDataParallel` without `bucket_cap_mb` (the vendor's value is
+500); host-to-device copies (`.to(<device>)`, `.npu()`, `.cuda()`) without `non_blocking=True`;
+`torch.autograd.detect_anomaly` and `set_detect_anomaly(<not False>)`;
+`set_compile_mode(jit_compile=True)` and `pad_sequence` (dynamic shapes: `jit_compile=False`).
+
+## Why
+The vendor's tool writes this advice to `api_performance_advice.csv`
+(opmap/reference/torch_npu_facts.md §(iii)); a user who moves from it to npu-migrate should not lose
+it. It is opt-in because it is advice, not a migration: every DataLoader, copy and Linear of a
+repository gets a note, and each suggestion has a cost to weigh (the vendor's own note on
+`NpuFusedAdamW`: "performance has improved significantly, but the memory usage increases by 70%";
+its traps: float32/float16 parameters only, `zero_grad(set_to_none=False)` by default,
+`clip_grad_norm_fused_`).
+
+## Fix safety
+Notes only; nothing is rewritten. Each plan names the trade-off to measure before keeping the
+change.
+
+## Known problems
+Shapes are not analysed: dynamic shapes are noted at `pad_sequence` and
+`set_compile_mode(jit_compile=True)` only, not at every variable-length batch. A copy is recognised
+by its device argument (a device string, `torch.device(...)`, a name saying "device"); `x.to(other)`
+is not noted.
+
+# NPU402
+## What it does
+Opt-in (`--select NPU4` or `--select NPU402`): notes the APIs of msFmkTransplt's precision advice —
+`torch.baddbmm`, `torch.matmul`, `.reshape(...)` (overflow in its backward) and `torch.nn.Embedding`
+(non-deterministic backward) — with a plan to check and, where needed, fix each.
+
+## Why
+The vendor's tool writes these to `api_precision_advice.csv` (opmap/reference/torch_npu_facts.md
+§(iii)); a user who moves from it should keep the list. The notes are opt-in: matmuls and reshapes
+are everywhere in model code, and most of them are fine; the plan says how to tell (`migrate parity`
+with msprobe's criteria, cosine > 0.99 and max abs error < 1e-3; gradients with `--train`).
+
+## Fix safety
+Notes only; nothing is rewritten.
+
+## Known problems
+The notes repeat the vendor's list and do not know which call sites are at risk; `torch.bmm`, `@`
+and `F.embedding` are not noted.
 """
 
 from __future__ import annotations
@@ -64,10 +109,10 @@ class Advice(TableNameRule):
         DiagnosticCode("NPU401", "performance-advice",
                        "the vendor tool's performance advice (fused optimizers, npu_linear, DataLoader, DDP buckets, "
                        "non_blocking, detect_anomaly, dynamic shapes); opt-in",
-                       example="performance_advice"),
+                       example="performance_advice", doc=__doc__),
         DiagnosticCode("NPU402", "precision-advice",
                        "the vendor tool's precision advice (baddbmm, matmul, reshape backward, Embedding backward); opt-in",
-                       example="precision_advice"),
+                       example="precision_advice", doc=__doc__),
     )
     triggers = (b"optim", b"Linear", b"DataLoader", b"DistributedDataParallel", b".to(", b".npu(", b".cuda(",
                 b"anomaly", b"set_compile_mode", b"pad_sequence", b"baddbmm", b"matmul", b".reshape(", b"Embedding")

@@ -1,20 +1,36 @@
 """NPU206: CUDA compute-capability queries become what is true on an NPU: no CUDA capability.
 
-On an NPU ``torch.npu.get_device_capability()`` returns None and ``get_device_properties()`` has no
-``major``/``minor`` (opmap/reference/torch_npu_facts.md §4.2), so a renamed check raises, at import time for a
-module-level flag. Each query becomes the value of "no CUDA capability", below every CUDA
-architecture:
+## What it does
+Replaces CUDA compute-capability queries with their value on an NPU, "no CUDA capability":
+`torch.cuda.get_device_capability(...)` → `(0, 0)`; `torch.cuda.get_device_properties(...).major` /
+`.minor` (also `props.major` for `props = torch.cuda.get_device_properties(...)` in the same scope)
+→ `0`; `torch.cuda.get_arch_list()` → `[]`; `torch.utils._triton.has_triton()` and
+`torch._dynamo.utils.has_triton()` → `False`. A comparison of such a value, or of its `[0]`/`[1]`,
+with literals, and a `not` of a flag, is folded to its result:
+`torch.cuda.get_device_capability() >= (8, 0)` → `False`.
 
-- ``torch.cuda.get_device_capability(...)`` → ``(0, 0)``;
-- ``torch.cuda.get_device_properties(...).major`` / ``.minor`` → ``0``, also through a name bound to
-  the properties in the same scope (``props = ...; props.major``);
-- ``torch.cuda.get_arch_list()`` → ``[]``;
-- ``torch.utils._triton.has_triton()`` (and ``torch._dynamo.utils.has_triton()``) → ``False``: no
-  device of an NPU machine runs Triton's GPU kernels (transfer_to_npu patches it to False);
+## Why
+Renamed to `torch.npu.get_device_capability()` the query returns None on an NPU (unless
+`TORCH_NPU_DEVICE_CAPABILITY` is set, "only for compatibility"), so `>= (8, 0)` raises TypeError —
+at import time for a module-level flag — and `torch.npu.get_device_properties()` has no
+`major`/`minor` (opmap/reference/torch_npu_facts.md §4.2). Code that checks a capability selects a
+CUDA feature (bf16 tensor cores, flash kernels, Triton paths for sm80+); "below every CUDA
+architecture" sends an NPU to the path a GPU without the feature takes, never into a CUDA-only one.
+`has_triton()` asks for a CUDA (sm70+), XPU or Triton-CPU device: an NPU machine has none, and
+`transfer_to_npu` patches it to return False (opmap/reference/torch_npu_facts.md §5); the code it
+selects keeps its non-Triton path. A folded test whose branch raises (`if not has_triton(): raise
+...`) is reported instead.
 
-and a comparison of such a value (or of its ``[0]``/``[1]``, or a ``not`` of it) with literals is
-folded to its result: ``torch.cuda.get_device_capability() >= (8, 0)`` → ``False``. The code then takes the path it takes
-on a GPU without that capability, never a Triton or CUDA-kernel path meant for sm80+.
+## Fix safety
+Safe in the sense that matters: the migrated module imports and never enters a capability-gated CUDA
+path. A check whose "old GPU" branch raises (`if capability() < (7, 0): raise ...`) is reported and
+left for review instead, since refusing an NPU is not a decision for the tool. A check that chose
+bfloat16 by capability now chooses the "old GPU" dtype: use `torch.npu.is_bf16_supported()` there
+(the finding says so).
+
+## Known problems
+Only literal operands are folded; `cap >= min_cap` with a variable keeps the comparison, which then
+compares `(0, 0)`. Properties objects passed between functions are not followed.
 """
 
 from __future__ import annotations
@@ -67,7 +83,7 @@ class Capability(TableNameRule):
     declarations = (
         DiagnosticCode("NPU206", "capability",
                        "CUDA capability query → none on an NPU ((0, 0), [], has_triton() False; literals folded)",
-                       rewrites=True, example="capability"),
+                       rewrites=True, example="capability", doc=__doc__),
     )
     triggers = (b"get_device_capability", b"get_arch_list", b"get_device_properties", b"has_triton")
 

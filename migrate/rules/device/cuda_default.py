@@ -1,18 +1,33 @@
 """NPU209: torch APIs whose device is CUDA when none is named get the NPU named.
 
-``transfer_to_npu`` turns the default (or "cuda") device of these calls into "npu" at run time;
-statically the call names the NPU:
+## What it does
+Names the NPU in torch calls whose device is CUDA when none is named: `torch.is_autocast_enabled()`
+becomes `torch.is_autocast_enabled("npu")`, `torch.set_autocast_enabled(flag)` becomes
+`torch.set_autocast_enabled("npu", flag)`, `torch.amp.GradScaler(...)` without a device becomes
+`torch.amp.GradScaler("npu", ...)`, `torch.random.fork_rng(...)` without `device_type` gets
+`device_type="npu"`, and the deprecated CUDA spellings `torch.get_autocast_gpu_dtype()` /
+`torch.set_autocast_gpu_dtype(d)` become `torch.npu.get_autocast_dtype()` /
+`torch.npu.set_autocast_dtype(d)` (imports rebound under the user's local names, as NPU201 does). A
+`"cuda"` passed as their device is rewritten by NPU202.
 
-- ``torch.is_autocast_enabled()`` → ``torch.is_autocast_enabled("npu")`` (no device means CUDA's
-  autocast state), ``torch.set_autocast_enabled(flag)`` → ``torch.set_autocast_enabled("npu", flag)``;
-- ``torch.get_autocast_gpu_dtype()`` / ``torch.set_autocast_gpu_dtype(d)`` → ``torch.npu.get_autocast_dtype()``
-  / ``torch.npu.set_autocast_dtype(d)`` (op-table renames, imports rebound like NPU201's);
-- ``torch.amp.GradScaler()`` → ``torch.amp.GradScaler("npu")``: a CUDA scaler on a machine without CUDA
-  disables itself, and float16 training loses its loss scaling;
-- ``torch.random.fork_rng(...)`` → ``fork_rng(..., device_type="npu")``: else only the CPU generator
-  is forked and restored.
+## Why
+`transfer_to_npu` redirects exactly these at run time (opmap/reference/torch_npu_facts.md §5:
+`is_autocast_enabled`/`set_autocast_enabled` default or `cuda` → `npu`, `get/set_autocast_gpu_dtype`
+→ `torch_npu.npu.get/set_autocast_dtype`). Left alone on an NPU, the autocast queries read and set
+CUDA's autocast state, not the NPU's; `torch.amp.GradScaler()` builds a CUDA scaler, which disables
+itself on a machine without CUDA, so float16 training silently loses its loss scaling (gradients
+underflow); `fork_rng()` forks and restores only the CPU generator, so the NPU's random state leaks
+out of the block.
 
-A ``"cuda"`` passed as the device of these calls is NPU202's (a device string).
+## Fix safety
+Safe: each rewrite passes the device that `transfer_to_npu` would pass at run time; the arguments
+are kept as written (edits inside them are applied). A call that already names a device
+(positionally or by keyword) or passes `*args`/`**kwargs` is left alone.
+
+## Known problems
+A device chosen at run time (`GradScaler(device)` with a variable holding "cuda") is NPU202's only
+where the variable is assigned a literal device string. `torch.cuda.amp.GradScaler` and
+`torch.cuda.amp.autocast` are NPU201's.
 """
 
 from __future__ import annotations
@@ -54,7 +69,7 @@ class CudaDefault(TableNameRule):
     declarations = (
         DiagnosticCode("NPU209", "cuda-default",
                        'torch API whose device defaults to CUDA (autocast state, GradScaler, fork_rng) → names "npu"',
-                       rewrites=True, example="cuda_default"),
+                       rewrites=True, example="cuda_default", doc=__doc__),
     )
     triggers = (b"autocast_enabled", b"autocast_gpu_dtype", b"GradScaler", b"fork_rng")
 

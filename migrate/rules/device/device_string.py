@@ -1,18 +1,46 @@
-"""NPU202: ``"cuda"``/``"cuda:N"`` device strings → ``"npu"``/``"npu:N"`` where code names a device.
+"""NPU202: ``"cuda"``/``"cuda:N"`` device strings → ``"npu"``/``"npu:N"`` where code names a device;
+every other whole ``"cuda"`` of a torch file is kept and reported (``unplaced``), and files that do
+not use torch are left to ``_scope``.
 
-``transfer_to_npu`` rewrites the ``device``, ``device_type``, ``map_location``, ``device_id`` and
-``device_ids`` arguments of torch calls at run time, and every positional device string of the
-functions it wraps (``torch.cuda.get_device_properties("cuda:0")``, ``torch.is_autocast_enabled("cuda")``);
-statically we also follow the literal into the variables that carry it (``device = "cuda" if ...
-else "cpu"``, ``if device.type == "cuda":``) and into keywords of configuration objects that name a
-device (``device_map="cuda"``, ``eval_device="cuda:1"``: a keyword whose name says "device").
+## What it does
+Rewrites whole-string device literals `"cuda"`, `"cuda:N"` and `f"cuda:{i}"` to `"npu"` forms where
+code names a device: `device=`, `device_type=`, `map_location=` (also dict keys and values),
+`device_id(s)=`, any other keyword argument or dict key whose name says "device" (configuration
+objects: `device_map="cuda:0"`, `{"eval_device": "cuda"}`; names saying "accelerator" are NPU208's),
+the first argument of `torch.device`, `torch.autocast`, `torch.amp.autocast`,
+`torch.amp.GradScaler`, `torch.Generator`, `torch.Event`, the autocast state functions
+(`torch.is_autocast_enabled("cuda")`, `torch.get_autocast_dtype("cuda")`, ...), `DeviceMesh`,
+`.to()`, every positional device string of the `torch.cuda` functions `transfer_to_npu` wraps
+(`get_device_properties("cuda:0")`, `set_per_process_memory_fraction(0.5, "cuda:0")`, ...), values
+assigned to or compared with variables named like a device (`device`, `dev`, `x.device.type`),
+parameter defaults, `add_argument("--device", default=...)`, and `"cuda" if ... else "cpu"`
+ternaries (also `get_accelerator() or "cuda"`). Every other whole `"cuda"`/`"cuda:N"` string of a
+torch file — a dict key, a value compared with a name that says nothing, an argument of an unknown
+function — is kept and reported (not a docstring, not text passed to `print`/logging): the vendor's
+static tool rewrites it, but it often names CUDA itself (a per-device kernel registry, a saved
+RNG-state key).
 
-Left as they are: a comparison that guards CUDA-only code (``if x.device.type == "cuda": <Triton>``,
-``if device_type != "cuda": use_fp8 = False``: NPU207 reports it), the strings of a Lightning
-accelerator (``accelerator="cuda"``: NPU208 reports it; Lightning has no "npu" accelerator), and
-files that do not use torch (``_scope``). Any other ``"cuda"`` of a torch file (a dict key, a value
-compared with an unknown name) is kept and reported (``unplaced``): the vendor's static tool would
-rewrite it, but such a string often names CUDA itself (a per-device registry, a checkpoint key).
+## Why
+`transfer_to_npu` replaces `cuda` by `npu` in the device arguments of torch functions at run time
+(opmap/reference/torch_npu_facts.md §5); the vendor's static tool rewrites `"cuda"` strings wherever
+they are, which is how configuration objects (`from_pretrained(device_map=...)`,
+`pipeline(device=...)`) get the NPU. Comparisons must change together with the assignments, or
+`device.type == "cuda"` would silently become False.
+
+## Fix safety
+Safe for the positions listed. Strings inside larger text (log messages, paths) are never changed
+because the whole value must be a device string. A comparison that guards CUDA-only code (`if
+x.device.type == "cuda": <Triton kernel>`, `if device_type != "cuda": use_fp8 = False`) is kept and
+reported as NPU207; the strings of a Lightning accelerator are reported as NPU208.
+
+Only files that use torch are rewritten: a file that imports torch (or a library built on it), or
+imports from its own package, is; a file that imports another GPU array library (CuPy, Numba, JAX,
+...) and not torch is left alone; any other file gets the site reported ("... not made: this file
+imports neither torch nor its own package"), never rewritten.
+
+## Known problems
+A device string that travels through a variable with an unrelated name (`target = "cuda"`) or a
+config file is not found.
 """
 
 import re
@@ -29,7 +57,7 @@ class DeviceString(CudaOnlyGuards, LiteralRule):
     declarations = (
         DiagnosticCode("NPU202", "device-string",
                        'device string "cuda[:N]" → "npu[:N]"',
-                       rewrites=True, example="device_string"),
+                       rewrites=True, example="device_string", doc=__doc__),
     )
     triggers = (b"cuda",)
 

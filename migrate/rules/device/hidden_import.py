@@ -1,15 +1,35 @@
-"""NPU230: torch imported in a way whose names cannot be followed, reported so that nothing the
-tool cannot see is silently left on CUDA.
+"""NPU230: torch imported in a way whose names cannot be followed (by ``migrate.names``), reported so
+that nothing the tool cannot see is silently left on CUDA.
 
-The resolver (``migrate.names``) reads ``from torch import *`` and ``name = __import__("torch")`` /
-``importlib.import_module("torch")`` as imports, so the code that uses them is migrated like any
-other. What it cannot follow is reported here, once per import:
+## What it does
+Reports an import of torch whose names the tool cannot follow, so the CUDA code that uses them would
+otherwise be neither migrated nor reported:
 
-- a run-time import of a torch module whose value is not bound to a plain name, or to one that is
-  also bound some other way: ``__import__("torch").cuda.synchronize()``, ``self.torch =
-  importlib.import_module("torch")``;
-- a star import of a torch module in a file with several star imports, when the file reads names
-  it never binds: which import binds each of them is not known.
+- a run-time import (`__import__("torch")`, `importlib.import_module("torch.cuda")`) whose value is
+  not bound to a name of its own: used inline (`__import__("torch").cuda.synchronize()`), kept in an
+  attribute (`self.torch = importlib.import_module("torch")`), or bound to a name that is also bound
+  some other way;
+- `from torch... import *` in a file with several star imports, when the file reads names it never
+  binds: which import binds each of them is not known.
+
+The forms that can be followed are migrated like any import: `from torch import *` alone (the names
+the file reads but never binds are resolved through it; renamed ones are bound again by name after
+it, `from torch_npu.npu import synchronize`), and `name = __import__("torch")` / `name =
+importlib.import_module("torch.cuda")` on a line of their own (the module string is renamed like an
+`import ... as name`: `"torch_npu.npu"`).
+
+## Why
+The device rewrites and the reports of this tool follow names to their imports. A name that arrives
+some other way is invisible to them: without this report, `__import__("torch").cuda` would stay on
+CUDA and nothing would say so.
+
+## Fix safety
+Nothing is rewritten. Import the names by name (`import torch`, `from torch import cuda`, or
+`torch = importlib.import_module("torch")` on a line of its own) and run migrate again.
+
+## Known problems
+A run-time import whose module name is not a literal (`importlib.import_module(name)`) cannot be
+told apart from any other import and is not reported.
 """
 
 import libcst as cst
@@ -31,7 +51,7 @@ class HiddenImport(Rule):
     declarations = (
         DiagnosticCode("NPU230", "hidden-torch-import",
                        "torch imported in a way its names cannot be followed (star or run-time import); reported",
-                       example="hidden_import"),
+                       example="hidden_import", doc=__doc__),
     )
     triggers = (b"__import__", b"import_module", b"import *")
 

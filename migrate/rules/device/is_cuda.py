@@ -1,5 +1,25 @@
-"""NPU204: ``x.is_cuda`` → ``x.is_npu``, except where the test guards CUDA-only code (NPU207 keeps
-it: on an NPU it stays False) and outside torch code (``_scope``: reported, not rewritten)."""
+"""NPU204: ``x.is_cuda`` → ``x.is_npu``, except where the test guards CUDA-only code (NPU207).
+
+## What it does
+Rewrites reads of `x.is_cuda` to `x.is_npu` (also `torch.Tensor.is_cuda`). Adds `import torch_npu`.
+
+## Why
+`Tensor.is_npu` exists once torch_npu is imported; on an NPU `is_cuda` is always False, which
+silently changes code paths.
+
+## Fix safety
+Safe for tensors. Assignments (`cfg.is_cuda = ...`) and `self.is_cuda` in classes that set it
+themselves are left alone. A test that guards CUDA-only code (`if x.is_cuda: <Triton kernel>`) is
+kept and reported as NPU207: `x.is_npu` would send the NPU into the kernel.
+
+Only files that use torch are rewritten: a file that imports torch (or a library built on it), or
+imports from its own package, is; a file that imports another GPU array library (CuPy, Numba, JAX,
+...) and not torch is left alone; any other file gets the site reported ("... not made: this file
+imports neither torch nor its own package"), never rewritten.
+
+## Known problems
+A user object with an `is_cuda` attribute set in another file is rewritten too.
+"""
 
 import libcst as cst
 
@@ -14,7 +34,7 @@ class IsCuda(CudaOnlyGuards, TorchScoped, MemberRule):
     declarations = (
         DiagnosticCode("NPU204", "is-cuda",
                        ".is_cuda → .is_npu on tensors",
-                       rewrites=True, example="is_cuda"),
+                       rewrites=True, example="is_cuda", doc=__doc__),
     )
     triggers = (b"is_cuda",)
     member = "is_cuda"

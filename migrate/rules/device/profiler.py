@@ -1,16 +1,63 @@
-"""NPU210: a profiler of CUDA activity → torch_npu's profiler, which records the NPU's.
+"""NPU210: a profiler of CUDA activity → torch_npu's profiler, which records the NPU's; where
+torch_npu's profiler has no counterpart (``_profiler_call``) the call is kept and reported.
 
-As ``transfer_to_npu`` does at run time (opmap/reference/torch_npu_facts.md §5), ``torch.profiler.profile(...)`` that
-profiles the device (activities naming ``ProfilerActivity.CUDA``, or none: torch's default) becomes
-``torch_npu.profiler.profile(...)``, its activities ``torch_npu.profiler.ProfilerActivity.CPU/NPU``,
-its ``schedule(...)`` and ``tensorboard_trace_handler(...)`` torch_npu's, and a torch
-``_ExperimentalConfig`` (CUPTI settings) is dropped (``experimental_config=None``), as the vendor's
-tools drop it. A profiler of the CPU only stays as it is. Where torch_npu's profiler has no
-counterpart (``_profiler_call``: the object is read with ``key_averages()``, a handler of the user's
-own, activities computed at run time, ...) the call is kept and reported with the plan; so is a
-``ProfilerActivity.CUDA`` outside a profile call, and ``ProfilerAction`` in a file that profiles the
-device. CUDA sort keys of torch's result tables (``table(sort_by="cuda_time_total")``,
-``evt.self_cuda_time_total``) become the device ones torch reads them as.
+## What it does
+Moves a profiler of CUDA activity to torch_npu's profiler, which records the NPU's:
+`torch.profiler.profile(...)` whose activities name `ProfilerActivity.CUDA` (or that names none:
+torch's default) becomes `torch_npu.profiler.profile(...)`; its activities become
+`torch_npu.profiler.ProfilerActivity.CPU`/`.NPU`, `activities=torch.profiler.supported_activities()`
+becomes torch_npu's, `schedule(...)` and `tensorboard_trace_handler(...)` become torch_npu's (also
+through a name assigned once and used only there), an `export_stacks(..., "self_cuda_time_total")`
+on the object becomes `"self_npu_time_total"`, and a torch `_ExperimentalConfig(...)` becomes
+`experimental_config=None`. A profiler of the CPU only (`activities=[ProfilerActivity.CPU]`) stays
+as it is.
+
+The call is kept and reported, with the plan, where torch_npu's profiler has no counterpart: the
+object is read with `key_averages()`, `events()` or another method torch_npu's lacks, or leaves the
+expression (returned, passed on); `on_trace_ready` is a handler of the user's own; the schedule is
+not a `torch.profiler.schedule(...)`; the activities are computed at run time; or an argument
+torch_npu's `profile` does not take (`acc_events=`, `execution_trace_observer=`). A
+`ProfilerActivity.CUDA` outside a call this rule migrates, and a `ProfilerAction` in a file that
+profiles the device, are reported too.
+
+Sort keys that name CUDA columns of torch's result tables — `table(sort_by="cuda_time_total")`,
+`"self_cuda_time_total"`, `"cuda_memory_usage"`, and the attributes `evt.cuda_time_total`,
+`evt.self_cuda_time_total` — become the device ones (`"device_time_total"`,
+`.self_device_time_total`).
+
+## Why
+On an NPU torch's profiler records host operators only: the unmigrated profiler shows no device
+activity at all. `transfer_to_npu` swaps `torch.profiler.profile`, `schedule`,
+`tensorboard_trace_handler`, `ProfilerAction`, `ProfilerActivity.CUDA`/`CPU` for torch_npu's and
+deletes a non-NPU `experimental_config` (opmap/reference/torch_npu_facts.md §5; msFmkTransplt
+rewrites `ProfilerActivity.CUDA` → `NPU` and removes `experimental_config`, §(iii)). The config is
+dropped rather than reported because its settings configure CUPTI (metrics, per-kernel measurement)
+and mean nothing on an NPU; the message says it was dropped and the op table's `_ExperimentalConfig`
+record has torch_npu's equivalent.
+
+torch_npu's profiler is not a drop-in, which the runtime swap ignores: its `profile` is keyword-only
+with fewer arguments, takes only its own activity/action/config types, and its object has start,
+stop, step, export_chrome_trace, export_stacks, export_memory_timeline and add_metadata(_json) but
+no `key_averages()`/`events()` — results are files in the trace directory (operator_details.csv,
+kernel_details.csv, trace_view.json) read with MindStudio Insight (torch_npu/profiler/profiler.py of
+the 2.x wheels). Swapping a profiler whose results are read with `key_averages()` turns a working
+script into an AttributeError; such a call is reported instead.
+
+torch maps `cuda` in a sort key to `device` itself (`profiler_util._build_table`), so
+`"device_time_total"` sorts by the same column and names no CUDA; the vendor's blanket `cuda` →
+`npu` string rewrite would produce `"npu_time_total"`, which torch's table does not know.
+
+## Fix safety
+Rewritten calls keep every argument and their formatting; the migrated example runs on the emulated
+NPU (`kernels/profiler.py`, the real API over torch's CPU profiler) and trains exactly as the
+original (tests/rules/test_profiler.py). The sort-key rewrite is exact. Reports leave the code
+unchanged.
+
+## Known problems
+A profiler object stored as `self.<attr>` is checked against every `.<attr>.<method>` read in the
+file; readers in other files are not seen. Activities built in a list that is mutated
+(`activities.append(ProfilerActivity.CUDA)`) are reported, not migrated.
+`torch.autograd.profiler.profile(use_device="cuda")` (the legacy profiler) is not handled.
 """
 
 from __future__ import annotations
@@ -39,7 +86,7 @@ class Profiler(Rule):
         DiagnosticCode("NPU210", "profiler",
                        "torch.profiler of CUDA activity → torch_npu.profiler (kept and reported where torch_npu's "
                        "has no counterpart); CUDA sort keys → device",
-                       rewrites=True, example="profiler"),
+                       rewrites=True, example="profiler", doc=__doc__),
     )
     triggers = (b"profile", b"ProfilerActivity", b"cuda_time", b"cuda_memory_usage")
 

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple, Union
 from ...refusal import Refusal, RefusalKind, blocked
 from ...view.values import number, same_value
 from ...view import Value, View
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 #: the view's ops for activations, and the kind each is
@@ -25,26 +25,11 @@ ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.ACT: "runtime", Op.RELU: "re
 #: ops that project a tensor with a weight that is not a module attribute
 TENSOR_PROJECTIONS = ("linear", "matmul", "einsum")
 
-GEGLU_PLAN = Fallback("manual", (
-    "Keep the original code (it runs on the NPU, unfused). npu_geglu takes the two halves as one tensor: "
-    "fuse the gate and up weights into one projection (gate rows first) when loading the checkpoint, split it "
-    "with chunk(2, dim=-1), and run migrate again; it then becomes npu_glue.geglu_halves (npu_geglu with the "
-    "GELU approximation of your code, the activated half checked once on the device)."))
-ORDER_PLAN = Fallback("manual", (
-    "npu_swiglu/npu_geglu activate the first half of the last dim. Reorder the fused projection's output rows so "
-    "the gate comes first (swap the two halves of the weight, and of the bias, when loading the checkpoint) and "
-    "split along the last dim, then run migrate again."))
-STACK_PLAN = Fallback("manual", (
-    "Keep the original code (it runs on the NPU, unfused). To fuse it, store the gate and up weights as one "
-    "tensor whose last output axis holds [gate | up], compute both with one product, split it with "
-    "chunk(2, dim=-1), and run migrate again."))
-CLIPPED_PLAN = Fallback("manual", (
-    "Keep the original code (it runs on the NPU, unfused). torch_npu.npu_clipped_swiglu(x, dim=-1, alpha=1.0, "
-    "limit=<limit>, bias=0.0, interleaved=False) on [gate | up] computes silu(gate.clamp(max=limit)) * "
-    "up.clamp(-limit, limit): call it on the fused projection by hand and check with migrate parity on an NPU."))
-KERNEL_PLAN = Fallback("composite", (
-    "torch_npu has fused gated-MLP kernels for SiLU (npu_swiglu) and GELU (npu_geglu) only: the original "
-    "runs on the NPU unfused (activation and product as two element-wise kernels)."))
+GEGLU_PLAN = plan("mlp.geglu_split")
+ORDER_PLAN = plan("mlp.gate_second")
+STACK_PLAN = plan("mlp.stacked")
+CLIPPED_PLAN = plan("mlp.clipped")
+KERNEL_PLAN = plan("mlp.no_kernel")
 
 
 @dataclass

@@ -1,24 +1,87 @@
-"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half).
+"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half;
+the matcher is ``mlp._match``), or reported with a plan. Each code's page is its part below.
 
-Matched on the dataflow view (``mlp._match``), so a gated MLP is found however it is spelled:
-``act(gate) * up`` or ``up * act(gate)``, in one expression or over several statements (litgpt's
-``x_fc_1 = self.fc_1(x)``, ``x_fc_2 = self.fc_2(x)``, ``silu(x_fc_1) * x_fc_2``), with ``act``
-being ``F.silu``, ``nn.SiLU``, ``x * sigmoid(x)``, an ``ACT2FN[...]`` attribute or a module passed to
-the constructor (torchtune's ``FeedForward``: resolved at run time by the vendored helper):
+# NPU330
+## What it does
+Rewrites the gated product of an MLP, found on the dataflow view however it is spelled: `act(gate) *
+up` or `up * act(gate)`, in one expression or over several statements (litgpt's `x_fc_1 =
+self.fc_1(x)`, `x_fc_2 = self.fc_2(x)`, `x = F.silu(x_fc_1) * x_fc_2`), `x * torch.sigmoid(x)` as
+SiLU, in loops over experts. `act` is `F.silu`/`F.gelu`, an `nn.SiLU`/`nn.GELU` attribute, or a
+module only known at run time (`ACT2FN[config.hidden_act]`, a constructor argument such as
+torchtune's `activation`). The call emitted depends on the form (all in the vendored `npu_glue.py`):
 
-* two projections of one input → ``npu_glue.swiglu(act, gate, up)``;
-* a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` →
-  ``npu_glue.swiglu_halves(act, self.gate_up(x))``; with a GELU gate (``F.gelu``/``nn.GELU`` of
-  either approximation) → ``npu_glue.geglu_halves(self.gate_up(x), approximate)``;
-* an up projection applied under a flag (torchtune's ``h = act(w1(x)); if self.w3 is not None:
-  h = h * self.w3(x)``) → a guarded region whose fused branch runs when the flag holds.
+* two projections of one input by modules (`self.gate_proj(x)`, `self.up_proj(x)`) →
+  `npu_glue.swiglu_linear(act, self.gate_proj, self.up_proj, x)` (`geglu_linear` for a GELU,
+  `glu_linear` for an activation known at run time): both modules called as the original calls them,
+  their outputs concatenated, then the fused kernel;
+* a fused projection split in two, `gate, up = self.gate_up_proj(x).chunk(2, dim=-1)` (also by
+  index, `torch.chunk`, or with both halves cast) → `npu_glue.swiglu_halves(act,
+  self.gate_up_proj(x))` (`geglu_halves`, `glu_halves`);
+* two einsum/matmul/bmm products of one input with two weights (expert MLPs, `einsum("ecd,edf->ecf",
+  x, self.w1)`) → `npu_glue.swiglu_stacked(act, x, self.w1, self.w3)`: both products made as the
+  original makes them, their outputs concatenated, then the fused kernel (training too);
+* an up projection applied under a flag (torchtune's `h = self.activation(self.w1(x))` then `if
+  self.w3 is not None: h = h * self.w3(x)`) → `if npu_glue.is_glu(self.activation) and self.w3 is
+  not None: h = npu_glue.glu_linear(...)` with the original statements as the `else` branch.
 
-Statements that only compute the operands are folded into the call (their comments kept); names they
-bind must be read nowhere else. The helpers check at run time what cannot be proven (the activation
-is SiLU, shapes and dtypes fit) and compute the original ``act(gate) * up`` otherwise, so a model
-configured with another activation keeps its exact behaviour. Reported (NPU331): GeGLU over separate
-projections (npu_geglu needs one tensor: a copy per call), splits whose second half is activated,
-other activations (ReLU, sigmoid), and sites whose intermediate values are read elsewhere.
+Statements that only compute the operands fold into the call (their comments move above it); the
+names they bind must be read nowhere else.
+
+## Why
+`npu_swiglu` and `npu_geglu` are single differentiable kernels for the activation and the product;
+with the projections computed as one matmul the gated MLP costs one matmul and one element-wise
+kernel, with no copy of the activations.
+
+## Fix safety
+Both kernels activate the FIRST half, so the gate goes first. At run time the helpers check that the
+activation is SiLU (`F.silu`, exactly `nn.SiLU`, transformers' `SiLUActivation`) or a GELU whose
+approximation they can name (`F.gelu`/`nn.GELU` with "none" or "tanh", transformers' GELU classes),
+that the two outputs have one shape and dtype; the projections are always called as the original
+calls them, in its order (`up_first=True` when the code computes up first), so any module (hooks,
+parametrizations, an overridden `forward`, LoRA wrappers) and any state change of its weights (fused
+or foreach optimizer steps, `.data` writes, `load_state_dict`, tying, FSDP-style swaps) is seen;
+otherwise they compute the original `act(gate) * up`. Nothing derived from the weights is kept
+between calls (see `docs/design.md`, "Derived state": measured, a [gate; up] weight built per call
+costs more than the activation copy, and one kept between calls goes stale under a fused optimizer
+step). `npu_geglu`'s `activate_left` means opposite halves in different CANN versions' docs, so the
+helper asks the kernel once per device which value activates the first half. Numerics: the kernels
+round once where eager code rounds the activation before the product (~1 ulp in bfloat16/float16;
+the op table records the tolerances).
+
+## Known problems
+Each call copies the gate and up activations once (`torch.cat`) for the kernel's one input. A GELU
+known only at run time through a class the helper does not know (a custom module) runs unfused.
+Products cast back after float32 math (`(act(gate.float()) * up.float()).to(gate.dtype)`) over
+separate projections are not matched (the residual pass reports them).
+
+# NPU331
+## What it does
+Reports gated MLPs (`act(gate) * up` of two projections of one input, or of the halves of one split
+projection) that NPU330 leaves as they are, with the reason:
+
+* a split whose SECOND half is activated, or that is not along the last dim;
+* an activation with no fused kernel (ReLU, sigmoid, tanh gates);
+* GeGLU over einsum/matmul products (npu_geglu would need a copy of both halves per call);
+* F.linear projections with biases or einsums whose output's last dim is not the weight's own;
+* a clamped SwiGLU (limits on the gate and up, as gpt-oss and DeepSeek-V4 write them):
+  `npu_clipped_swiglu` computes it, but the emulated NPU cannot prove the rewrite;
+* intermediate values read elsewhere in the function (folding the statements would change that
+  read), or other statements between the projections and the product.
+
+## Why
+`npu_swiglu`/`npu_geglu` activate the first half of the last dim of one tensor, with SiLU or GELU
+only; any other arrangement would compute something else.
+
+## Fix safety
+Nothing is changed; the original runs on the NPU unfused. Plans: for a reversed split, swap the two
+halves of the projection weight (and bias) when loading the checkpoint; for a reused intermediate,
+compute the projections in names read only by the product; for other activations keep the original
+(composite). Each reason's plan is a named plan of `opmap/mlp.yaml` (`migrate ops show
+mlp.gate_second`, ...).
+
+## Known problems
+Interleaved gate/up layouts (`gate_up[..., ::2]`, gpt-oss, clamped or not) are reported by the
+residual pass rather than here.
 """
 
 from __future__ import annotations
@@ -38,16 +101,12 @@ from ._feeders import Node, assigned, inside, operand, removable
 from ._match import Gated, gated_in
 from ...view.syntax import code
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 REPORT = "NPU331"
 HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
-REUSE_PLAN = Fallback("manual", (
-    "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
-    "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
-    "product, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU at run "
-    "time), and compute act(gate) separately only where it is read."))
+REUSE_PLAN = plan("mlp.reuse")
 SILU = "torch.nn.functional.silu"
 ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
 EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
@@ -63,10 +122,10 @@ class SwiGlu(Rule):
     declarations = (
         DiagnosticCode("NPU330", "swiglu",
                        "act(gate(x)) * up(x) with a SiLU or GELU gate → torch_npu.npu_swiglu / npu_geglu (checked "
-                       "at run time)", rewrites=True, example="swiglu_fused"),
+                       "at run time)", rewrites=True, example="swiglu_fused", doc=__doc__),
         DiagnosticCode(REPORT, "swiglu-unfused",
                        "gated MLPs the fused kernels cannot express exactly (reported, not rewritten)",
-                       example="swiglu_reported"),
+                       example="swiglu_reported", doc=__doc__),
     )
     triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
 

@@ -1,28 +1,90 @@
-"""NPU320/NPU321: RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm``.
+"""NPU320/NPU321: RMSNorm → ``torch_npu.npu_rms_norm`` / ``npu_gemma_rms_norm`` (guarded; the matcher
+is ``norm._match``), or reported with a plan. Each code's page is its part below.
 
-Every RMSNorm the dataflow view reads (``norm._match``: hand-written in any spelling, through
-``self._norm`` helpers, T5's half-precision branch, Gemma's and litgpt's ``1 + weight``, a reduction
-dim known only at run time, ``F.rms_norm``/``torch.rms_norm``) becomes a guarded fused call. A norm
-that a function returns gets a fast path in front of the statements that compute it (which stay as
-the fallback); elsewhere the statements are a guarded region or the expression a guarded one::
+# NPU320
+## What it does
+Finds RMSNorm by what it computes, in the function's dataflow view (locals followed across
+statements, helper methods such as Meta's `self._norm(x.float())` inlined): `x * rsqrt(mean(x²,
+dim=-1, keepdim=True) + eps)` times an optional weight, in the usual spellings (`pow(2)`, `x * x`,
+`square`, `** 2`; `mean(..., dim=-1)` or numpy's `axis=-1`; `torch.rsqrt(v + eps)`, `(v +
+eps).rsqrt()`, `pow(-0.5)`, `** -0.5`, `1 / sqrt(...)`, `x / sqrt(...)`), computed on `x` or on `x`
+cast to float32 and cast back to x's dtype (`.to(input_dtype)`, `.type_as(x)`) or to the weight's,
+before or after the weight, including T5's `x * rsqrt(mean(x.to(float32)²) + eps)` followed by `if
+self.weight.dtype in [torch.float16, torch.bfloat16]: x = x.to(self.weight.dtype)`, Gemma's `(1 +
+weight)` (on `npu_rms_norm` with `1.0 + weight.float()` as its weight, or on `npu_gemma_rms_norm`
+where the result is promoted from x's and the weight's dtypes), litgpt's `(1 + w) if
+self.add_unit_offset else w`, and a reduction dim the code keeps in an attribute (litgpt's
+`self.dim`, checked at run time: `self.dim in (-1, x.dim() - 1)`).
 
-    if npu_glue.rms_norm_fits(x, self.weight, mixed_dtype=True):
-        return npu_glue.rms_norm(x, self.weight, self.eps)
+- A norm a function returns gets a guarded fast path in front of the statements that compute it; the
+  original statements stay as the fallback.
+- A norm inside a larger function: its statements become a guarded region (`if <guard>: normed =
+  <fused> else: <the original statements>`, def-use checked), or the expression a guarded
+  conditional expression. Where the whole norm cannot be written (a gated norm whose input name was
+  rebound), the norm inside it is fused and the rest stays.
+- `F.rms_norm` / `torch.rms_norm` calls (also on `x.float()` cast back, as in torchtune) become a
+  guarded conditional expression.
+- `torch.nn.RMSNorm(...)` constructions and classes derived from `torch.nn.RMSNorm` use
+  `npu_glue.RMSNorm` instead (`npu_glue.RMSNorm.at(site="path:line:NPU320")(...)` to construct,
+  `npu_glue.RMSNorm.base(site=...)` as a base class): a subclass with the same parameters and state
+  dict whose forward runs the kernel where it computes what `F.rms_norm` does, else the original
+  forward, and counts each forward at its site for `migrate parity`'s per-site record.
 
-``npu_rms_norm`` also takes float16/bfloat16 x with a float32 weight (mixed precision, as under
-autocast); ``npu_glue.rms_norm`` casts its result to the dtype the original returns (x's, or the
-promotion of x's and the weight's, read off the code), so the fusion also happens under AMP. Where
-that dtype depends on a branch (T5) the guard requires equal dtypes. Gemma's ``1 + weight`` norm runs
-``npu_rms_norm`` with ``1.0 + weight.float()`` as its weight (float32, as the original computes the
-factor), which has a backward on an NPU: ``npu_gemma_rms_norm`` has none, so training would lose
-the fusion; it stays only for a result promoted from x's and the weight's dtypes (inference only).
-``torch.nn.RMSNorm`` modules
-and subclasses are built from ``npu_glue.RMSNorm`` (``.at(site=...)`` to construct, ``.base(site=...)``
-to subclass), whose forward does the same and counts its calls at the site.
+The guards live in the vendored helper `npu_glue.py`.
 
-Reported (NPU321, with a plan): an inverse RMS the kernels do not reproduce around it (another
-reduction dim, LayerNorm-style centring, several factors, no eps, a float32 result never cast back,
-a cast to another tensor's dtype, branches), and operands the guard cannot read.
+## Why
+On an Ascend NPU the hand-written form runs as five or six separate kernels; `npu_rms_norm` is one
+fused kernel (and differentiable). `F.rms_norm` and `nn.RMSNorm` also run unfused (their aten
+decomposition: pow, mean, add, rsqrt, mul). `npu_rms_norm` takes a float32 weight with
+float16/bfloat16 activations (its mixed precision, the dtypes autocast training produces), so the
+rewrite fuses there too and casts the kernel's result to the dtype the original returns.
+
+## Fix safety
+The fast path runs only when the kernel computes what the original does: the weight covers exactly
+the normalised dims and has x's dtype, or is float32 with float16/bfloat16 x; x is a float tensor of
+2–8 dims. Both compute in float32. The result gets the dtype the original returns, read off the
+code: x's when the code casts back to x's (`.type_as(x)`, litgpt, Gemma, `F.rms_norm`), the
+promotion of x's and the weight's when it multiplies by the weight last (Llama: float32 for bfloat16
+x and a float32 weight). Where that dtype depends on a branch (T5's half-precision cast) only equal
+dtypes are fused: under that guard T5's branch runs for half x and is skipped only for float32 x,
+whose normalised value is float32 already. Code that rounds the normalised value to x's dtype before
+multiplying by the weight (Llama) rounds twice where the kernel rounds once: expect ~1 ulp
+differences in bfloat16/float16 (tolerances in `opmap/norm.yaml`). Gemma's `1 + weight` runs
+`npu_rms_norm` with `1.0 + weight.float()` as its weight (float32, as the original computes the
+factor), which has a backward on an NPU; `npu_gemma_rms_norm` has none, so it is used only for a
+result promoted from x's and the weight's dtypes, and its fast path also requires that no gradient
+is needed. `F.rms_norm(eps=None)` becomes `npu_glue.FLOAT32_EPS`: torch 2.13 documents
+`torch.finfo(x.dtype).eps`, but computes float16/bfloat16 in float32 and takes float32's epsilon
+(its decomposition and kernels), which the rewrite matches (tested against `F.rms_norm`).
+
+## Known problems
+Norms over other dims, mean-subtracting (LayerNorm-style) forms, norms multiplied by more than one
+factor, norms without eps, float32 results that are never cast back and branches other than T5's are
+reported as NPU321. `isinstance(m, torch.nn.RMSNorm)` and other references to the class stay
+(`npu_glue.RMSNorm` is a subclass, so they still hold).
+
+# NPU321
+## What it does
+Reports every inverse RMS, `rsqrt(mean(x²) + eps)` or `sqrt(...)` in any of the spellings NPU320
+knows, that no fused rewrite covers, saying why: the mean runs over other dims or without `keepdim`,
+the mean is subtracted first (LayerNorm-style), the norm is multiplied by something other than one
+weight, no eps is added inside the root, a float32 result is never cast back (the kernel returns x's
+dtype) or is cast to another tensor's dtype, the body has branches (other than T5's `if weight.dtype
+in [float16, bfloat16]: x = x.to(weight.dtype)`, which NPU320 fuses), or an operand (`F.rms_norm` on
+an expression, a rebound input) cannot be read where the guard would run.
+
+## Why
+DESIGN decision 5: a fused rewrite must preserve semantics for every input or guard itself; what
+cannot be proven is left alone and reported with a plan. Decision 8: no silent site.
+
+## Fix safety
+Nothing is changed. The plan: keep the original (it runs on the NPU unfused), or restate the code as
+a plain RMSNorm over the last dim (bind operands to names first) and let NPU320 fuse it (`migrate
+ops show norm.rms_norm`: the plan's text, in `opmap/norm.yaml`).
+
+## Known problems
+A function that merely uses the same arithmetic for something else (not a norm) is reported too;
+ignore it with `--ignore NPU321`.
 """
 
 from __future__ import annotations
@@ -41,7 +103,7 @@ from ...view.regions import interior
 from ._match import GENERIC, Norm, has_eps, is_core, match
 from .._table import TORCH_NPU
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 FUSED, REPORT = "NPU320", "NPU321"
@@ -59,22 +121,17 @@ def names_norm(names: Set[str], may_denote: Callable[[List[str]], Set[str]]) -> 
 
 
 NOTE = "npu-migrate NPU320: fused RMSNorm where npu_glue proves it exact, else the original"
-PLAN = Fallback(
-    "manual",
-    "Keep the original code (it runs on the NPU, unfused), or restate it as x * rsqrt(mean(x**2, -1, "
-    "keepdim=True) + eps) * weight on the last dim and call torch_npu.npu_rms_norm(x, weight, "
-    "epsilon=eps)[0] with weight in x's dtype (or float32 for float16/bfloat16 x).",
-)
+PLAN = plan("norm.rms_norm")
 
 
 class RmsNorm(Rule):
     declarations = (
         DiagnosticCode(FUSED, "rms-norm",
                        "RMSNorm (hand-written, F.rms_norm, nn.RMSNorm) → torch_npu.npu_rms_norm (guarded; original "
-                       "kept as fallback)", rewrites=True, example="rms_norm_llama"),
+                       "kept as fallback)", rewrites=True, example="rms_norm_llama", doc=__doc__),
         DiagnosticCode(REPORT, "rms-norm-unfused",
                        "RMSNorm-like code that the fused kernels do not reproduce (reported, not rewritten)",
-                       example="rms_norm_reported"),
+                       example="rms_norm_reported", doc=__doc__),
     )
     triggers = (b"sqrt", b"-0.5", b"rms_norm", b"RMSNorm")
 

@@ -1,22 +1,123 @@
-"""NPU310/NPU311: rotary position embedding → ``torch_npu.npu_rotary_mul``.
+"""NPU310/NPU311: rotary position embedding → ``torch_npu.npu_rotary_mul`` (a guarded call of the
+vendored helper; the matcher is ``rotary._match``), or reported with a plan. Each code's page is its
+part below.
 
-Every rotary embedding the dataflow view reads (``rotary._match``: per-channel tables
-``x * cos + rotate(x) * sin`` in half or interleaved rotation, pair tables as in torchtune's packed
-``[cos|sin]`` cache, complex ``freqs_cis``) becomes a guarded call of the vendored helper, which
-checks at run time what cannot be proven statically (4-D, dtypes, D even and < 896, a cos/sin shape
-the kernel takes; never the tables' values: the kernel takes any) and otherwise runs the original code::
+# NPU310
+## What it does
+Finds rotary position embedding by what it computes, in the function's dataflow view (locals
+followed across statements, helpers of the same module or class inlined: `rotate_half` at module
+level, nested, one-line, a method or a `@staticmethod`), and replaces it with a guarded call of the
+fused kernel through the vendored helper `npu_glue.py`. Three computations are recognised:
 
-    q_embed = npu_glue.rotary_mul(q, cos, sin, "half") if npu_glue.rotary_fits(q, cos, sin, "half") else <original>
+- **per-channel tables**: `x * cos + rotate(x) * sin` (sum and products in any order), with
+  `rotate(x)` either `cat((-x2, x1), -1)` of the two halves of the last dim (the `half` rotation:
+  Hugging Face, NeoX, litgpt's inline `apply_rope`; halves by slices at `x.shape[-1] // 2` or
+  `x.size(-1) // 2`, `chunk(2, -1)`, `split(D // 2, -1)`) or `stack((-x_odd, x_even),
+  -1).flatten(-2)` (the `interleave` rotation: GPT-J, Cohere; pairs by `x[..., ::2]`/`x[..., 1::2]`,
+  by `x.reshape(*x.shape[:-1], -1, 2)` and `unbind(-1)` or `[..., 0]`/`[..., 1]`, joined back by
+  `flatten(-2)`, `reshape(*shape[:-2], -1)` or RoFormer's `reshape_as(x)`); the rotation with the
+  other sign (NanoChat's `cat((x2, -x1), -1)`) passes `-sin`; `x.float() * cos + rotate(x).float() *
+  sin` (ERNIE, GLM: a cast commutes with the rotation) runs the kernel on x cast once, the guard
+  (`rotary_fits_cast`) reading only x's shape:
 
-When the rotation is computed by statements of its own before the sum (litgpt's ``apply_rope``:
-``x1 = ...; x2 = ...; rotated = torch.cat((-x2, x1), -1)``), those statements move into the
-fallback branch of a guarded region (def-use checked), so the fused path does not compute them.
-Pair and complex tables become per-channel tables in the helper, derived from their current values
-on every call.
+  ```python
+  npu_glue.rotary_mul(x, cos, sin, "half") if npu_glue.rotary_fits(x, cos, sin, "half") else <original>
+  ```
 
-Reported instead (NPU311, with a plan): operands that are not plain names or cheap views (the guard
-reads them twice), complex products the form does not cover, sums over a rotation helper defined
-in another module, and regions that would not be sound.
+- **pair tables** (one cos and one sin per rotated pair, D/2 wide): torchtune's packed `[cos|sin]`
+  cache and ChatGLM, `stack((x0*c - x1*s, x1*c + x0*s), -1)` over even/odd channels, and
+  `cat((x1*c - x2*s, x2*c + x1*s), -1)` over the halves → `npu_glue.pair_rotary_mul(x, c, s, mode)`;
+  DeepSeek's `cat((x0*c - x1*s, x1*c + x0*s), -1)` over even/odd channels (pairs rotated, written
+  out as even then odd channels) → `split=True` (one copy puts the even channels before the odd
+  ones, then the `half` kernel);
+- **complex numbers**: `view_as_real(view_as_complex(pairs) * freqs_cis)` (Meta Llama,
+  mistral-inference) → `npu_glue.complex_rotary_mul(x_complex, freqs_cis)`.
+
+For pair and complex tables the helper derives the per-channel tables the kernel takes
+(`repeat_interleave(2, -1)` of cos/sin, or `cat((c, c), -1)` for halves) from the tables' current
+values on every call (a copy of the tables, S x D, not of the activations): a table kept between
+calls could be stale, since a cache buffer changes through `.data` or `load_state_dict` without a
+new identity or version (see `docs/design.md`, "Derived state"). Leading dims the tables repeat over
+merge into one (torchtune's tiled vision rotary, 5-D).
+
+Only the rotary computation is replaced. When the rotation has statements of its own before the sum
+(litgpt: `x1 = ...; x2 = ...; rotated = torch.cat((-x2, x1), -1)`), they move into the fallback
+branch of a guarded region (the def-use check of `migrate.guarded` proves it sound; statements in
+between that compute something else, such as litgpt's `cos.view(...)`, run before the guard), so the
+fused path does not compute the rotation; if the rotation is read afterwards it stays where it is
+and only the sum is guarded. Signatures, `unsqueeze`s, partial rotary (`cat([rope(q_rot), q_pass],
+-1)`) and float32 upcasts around the site are untouched.
+
+## Why
+`npu_rotary_mul` is one differentiable kernel instead of slices, a negation, a concatenation, two
+products and a sum per tensor, on every layer's q and k. It computes `x * r1 + rotate(x) * r2` with
+the same two rotations (facts §2.4), so the mode is decided by the rotation the code performs, never
+by a function's name. The complex product `(a + ib)(c + id)` is the interleaved rotation of the pair
+`(a, b)` with `cos = c`, `sin = d`.
+
+The kernel takes only some inputs, which the static code cannot prove; the `*_fits` guards check
+them at run time and the original code runs when one fails:
+
+- `x` is 4-D (pair and complex forms: 3-D or more, made 4-D); `cos`/`sin` of one shape, of x's float
+  dtype (pair/complex forms: all cast to the dtype the original's products promote to) and device;
+  complex tensors complex64;
+- the head dim `D` is even and below 896;
+- the cos/sin shape is one the kernel takes for x's layout: BNSD `11SD`, `B1SD`, `BNSD`; BSND
+  `1S1D`, `BS1D`, `BSND`; SBND `S11D`, `SB1D`, `SBND`; in `interleave` mode only
+  `11SD`/`1S1D`/`S11D` (per-batch `BS1D` tables are passed with batch and sequence merged into one
+  sequence, which is exact);
+- B and N below 1000 (`interleave`: B·N), B·N ≤ 1024 when cos/sin need gradients.
+
+The tables' values are not checked: the kernel computes `x * r1 + rotate(x) * r2` for any values
+(torch_npu's documentation states no range), so scaled tables (YaRN's `attention_scaling`, xPos)
+fuse.
+
+## Fix safety
+Safe by construction: the fused branch runs only when its guard holds, and then computes the same
+formula on the same operands; otherwise the original code runs unchanged. In float32 results agree
+to the last bits; in float16/bfloat16 the kernel computes in float32 and rounds once where the
+original rounds each product and the sum, so results differ by about one unit in the last place
+(tolerances with reasons: `migrate ops show pattern.rotary.half`). The kernel is differentiable
+(`npu_rotary_mul_backward`), so training code may use it; derived tables of cos/sin that need
+gradients are made on every call so the gradient reaches them. `npu_apply_rotary_pos_emb` is not
+used: it works in place and has no backward.
+
+## Known problems
+- Pair and complex tables are widened on every call, once per layer where several layers share one
+  table (an S x D copy each).
+- `x`, `cos` and `sin` must be plain names, attribute chains or cheap views of them (constant
+  subscripts, `unsqueeze`, `view`, ...: the guard reads them twice); others are reported as NPU311.
+- einops `rearrange(..., "... d two -> ... (d two)")` rotations are not recognised.
+
+# NPU311
+## What it does
+Reports rotary position embedding code that NPU310 does not rewrite, each with a plan:
+
+- a recognised rotary embedding whose `x`, `cos` or `sin` is an expression that is not a cheap view
+  (`cos[position_ids].unsqueeze(1)` gathers, `q.float()` copies), or whose guarded region would not
+  be sound (`migrate.guarded`'s def-use check);
+- a complex product with a view of x as complex numbers that is not exactly
+  `view_as_real(view_as_complex(x) * freqs_cis)` (a further factor, for instance);
+- `x * cos + f(x) * sin` where `f` is a function imported from another module whose name says it
+  rotates (`from .utils import rotate_half`, flash-attn's `rotate_half`): its body, and so the
+  rotation mode, is not in the file;
+- `x * cos + r * sin` where `r` concatenates or stacks a negated piece of x that is not proven to be
+  its half or interleaved rotation (halves split at `self.head_size // 2` rather than at
+  `x.shape[-1] // 2`, a concatenation on a computed dim).
+
+## Why
+The guarded rewrite of NPU310 evaluates `x`, `cos` and `sin` twice (in the guard and in the call);
+an expression would repeat its work or its side effects. A complex product with more factors is not
+a rotation the kernel computes. The mode of an imported rotation cannot be read, and a wrong guess
+would scramble every head.
+
+## Fix safety
+No fix: the code is left as it is and still runs on the NPU (the slices, concatenation and complex
+ops have NPU kernels), only unfused.
+
+## Known problems
+An imported function is taken for a rotation by its name (it contains "rot"); an imported rotation
+with another name is not reported.
 """
 
 from __future__ import annotations
@@ -57,10 +158,11 @@ class Rotary(Rule):
     declarations = (
         DiagnosticCode(FUSED, "rotary",
                        "rotary position embedding (half, interleaved, pair-table or complex form) → guarded "
-                       "torch_npu.npu_rotary_mul", rewrites=True, example="rotary_half"),
+                       "torch_npu.npu_rotary_mul", rewrites=True, example="rotary_half", doc=__doc__),
         DiagnosticCode(REPORTED, "rotary-unfused",
                        "rotary embedding that is not rewritten (operands that are not plain names, a form the kernel "
-                       "does not take, or a rotation defined in another module)", example="rotary_unfused"),
+                       "does not take, or a rotation defined in another module)", example="rotary_unfused",
+                       doc=__doc__),
     )
     triggers = (b"cat", b"stack", b"view_as_complex", b"view_as_real")
 

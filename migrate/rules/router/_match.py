@@ -27,22 +27,12 @@ from ...refusal import Refusal, blocked
 from ...view.values import number
 from ._groups import Groups, masked
 from ...view import Value, View
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
 
-PLANS = {
-    "dims": Fallback("manual", "The MoE gating kernels pick experts per token (scores and top-k over the last, "
-                               "experts' dim); expert-choice routing (top-k over tokens) has no fused kernel: keep "
-                               "the original code."),
-    "scores": Fallback("manual", "npu_moe_gating_top_k chooses experts by softmax(x) or sigmoid(x) plus an optional "
-                                 "bias [E] and weighs them by the unbiased scores: compute the router in that form (or "
-                                 "keep the original code, which runs on the NPU unfused) and run migrate again."),
-    "renorm": Fallback("manual", "npu_moe_gating_top_k always renormalises sigmoid weights (w / (sum(w) + eps), then "
-                                 "* routed_scaling_factor): a sigmoid router without that renormalisation keeps the "
-                                 "original code (it runs on the NPU unfused)."),
-}
+PLANS = {"dims": plan("moe.dims"), "scores": plan("moe.scores"), "renorm": plan("moe.renorm")}
 
 
 @dataclass

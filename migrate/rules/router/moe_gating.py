@@ -1,30 +1,82 @@
-"""NPU340/NPU341: MoE routers → torch_npu's gating kernels, guarded, the original kept as fallback.
+"""NPU340/NPU341: MoE routers → torch_npu's gating kernels, guarded, the original kept as fallback (the
+matcher is ``router._match``), or reported with a plan. Each code's page is its part below.
 
-Matched on the dataflow view (``router._match``), so a router is found however it is spelled and
-across statements and inlined helpers; the statements that compute it become a guarded region::
+# NPU340
+## What it does
+Finds MoE routers on the dataflow view (across statements and inlined helper methods) in functions
+that name an expert, router, gate or MoE, and turns the statements that compute them into a guarded
+region `if npu_glue.<check>(...): <kernel call> else: <the original statements>`:
 
-    if npu_glue.moe_gating_fits(router_logits, self.top_k, dim=-1):
-        routing_weights, selected_experts, _ = torch_npu.npu_moe_gating_top_k_softmax(router_logits.float(), None, k=self.top_k)
-        selected_experts = selected_experts.long()
-    else:
-        <the original statements>
+* softmax → top-k (`topk(softmax(logits), k)`; Mixtral, Qwen-MoE, OLMoE, DBRX) →
+  `torch_npu.npu_moe_gating_top_k_softmax(logits, None, k=k)`; a renormalisation that follows stays
+  after the region, on both paths. When the full probabilities are read afterwards (an auxiliary
+  load-balancing loss) the kernel is `npu_moe_gating_top_k_softmax_v2(logits, k=k,
+  output_softmax=True)`, whose third output replaces them;
+* top-k → softmax over the k logits (mistral-inference, litgpt, GPT-OSS, Granite, Aria) →
+  `npu_moe_gating_top_k_softmax_v2(logits, k=k, renorm=1)`;
+* sigmoid (or softmax) scores plus a selection bias, optionally limited to the `k_group` best of
+  `group_count` groups (scored by max or top-2 sum, dropped groups masked with -inf or 0), weights
+  gathered from the unbiased scores, renormalised (`w / (w.sum(-1, keepdim=True) + eps)`, also under
+  a flag such as `if self.norm_topk_prob:`, which joins the guard) and scaled
+  (`routed_scaling_factor`) (DeepSeek-V3, GLM-4-MoE, MiniMax-M2, litgpt's `GroupedTopkRouter`) →
+  `npu_moe_gating_top_k(logits, k, bias=..., k_group=..., group_count=..., group_select_mode=...,
+  norm_type=1, routed_scaling_factor=..., eps=...)`, with `out_flag=True` when the scores are read
+  later.
 
-* softmax → top-k: ``npu_moe_gating_top_k_softmax`` (a renormalisation after it stays after it, on
-  both paths); when the full probabilities are read afterwards (an auxiliary loss) they come from
-  ``npu_moe_gating_top_k_softmax_v2(output_softmax=True)`` instead of being recomputed;
-* top-k → softmax over the k logits: ``npu_moe_gating_top_k_softmax_v2(renorm=1)``;
-* sigmoid (or softmax) scores with a selection bias, group-limited top-k, weights gathered from the
-  unbiased scores, renormalised and scaled (DeepSeek-V3 style): ``npu_moe_gating_top_k``, whose
-  ``norm_out`` replaces the scores when they are read afterwards.
+## Why
+One kernel replaces the scores, the group selection, the top-k, the gather and the renormalisation.
 
-Kernel outputs are made to match the original: indices int32 → int64, weights in the dtype the
-original computed them in (the logits are cast as its softmax ``dtype=`` or ``.float()`` did), the
-scores cast back from float32. The softmax kernels have no backward on a real NPU and the guard keeps
-training on the original code; ``npu_moe_gating_top_k`` is differentiable in x and runs in training
-too unless its scores are returned (``norm_out`` has no gradient). A renormalisation under a flag
-(``if self.norm_topk_prob:``) adds the flag to the guard. Reported (NPU341): expert choice (top-k
-over tokens), scores that are not softmax/sigmoid (+ bias) of the logits, sigmoid weights without
-the kernel's renormalisation, and regions the def-use check refuses.
+## Fix safety
+The region passes the def-use check (the fused side reads nothing the moved statements define; names
+read afterwards are defined on both paths). Outputs match the original's: indices int32 → int64,
+weights in the dtype the original computed them in (the logits are cast as its `.float()` or softmax
+`dtype=` did), scores from the kernel cast back from float32. `npu_moe_gating_top_k_softmax(_v2)`
+have no backward on a real NPU: their guard keeps training on the original code.
+`npu_moe_gating_top_k` is differentiable in x and also runs in training, unless its scores are read
+(they have no gradient). The guard checks at run time the kernel's limits (2-D logits, at most 2048
+experts, divisible groups, k <= k_group * E / group_count, a bias [E] in the kernel input's dtype, a
+Python-number scaling factor, group score by max or top-2 sum); dropped groups filled with 0 (not
+-inf) agree only with a bias >= 0, checked on every call (one host synchronisation: the bias is a
+trained parameter or buffer, updated by steps no version counter sees). Routers whose top-k is
+unsorted (`sorted=False`) may get their experts in another order (the order of an unsorted top-k is
+unspecified, and each weight stays with its expert); exact ties between experts may be broken
+differently (the kernel prefers the lower index). The kernel's eps (1e-20) is used where the
+original renormalises without one: equal unless the chosen scores sum below about 1e-12.
+
+## Known problems
+Routers whose logits or k are expressions, or parts of which run inside a branch (`if
+self.topk_method == ...:`), are reported (NPU341).
+
+# NPU341
+## What it does
+Reports routers (a top-k over expert scores, in a function that names an expert, router, gate or
+MoE) that NPU340 leaves as they are, with the reason:
+
+* softmax or top-k over another dim than the experts' (expert choice: top-k over tokens);
+* experts chosen by scores that are not softmax or sigmoid of the logits (+ a bias): a bias added to
+  the logits, a score module (`moe_statics`), shared-expert slices, an activation known only at run
+  time;
+* weights that are the top-k of the biased or masked selection scores;
+* sigmoid weights not renormalised right after the gather (npu_moe_gating_top_k always
+  renormalises);
+* a sigmoid/softmax computed after a top-k of the raw logits in another form (Llama-4 scatters them
+  back);
+* routers partly inside a branch or loop, logits or k that are expressions, and regions the def-use
+  check refuses (each with the check's reason).
+
+## Why
+The three gating kernels compute fixed formulas (softmax then top-k; top-k then softmax;
+sigmoid/softmax scores + bias with group selection, gather, renormalisation, scaling); anything else
+would change the result.
+
+## Fix safety
+Nothing is changed; the original runs on the NPU unfused. Plans: compute the router in one of the
+kernels' forms (name the logits first, keep the scores' transform out of the choice, renormalise
+sigmoid weights), then run migrate again and check with migrate parity. Each reason's plan is a
+named plan of `opmap/moe.yaml` (`migrate ops show moe.scores`, ...).
+
+## Known problems
+Routers without a top-k (Phi-MoE's sparsemixer) are not recognised as routers.
 """
 
 from __future__ import annotations
@@ -46,14 +98,12 @@ from ...view.spellings import CAST_METHODS
 from ...view.syntax import code
 from .._table import TORCH_NPU
 from ..base import Rule
-from ....opmap import Fallback
+from ....opmap import plan
 from ...view.ops import Op
 
 REPORT = "NPU341"
 NOTE = "npu-migrate NPU340: fused MoE gating where npu_glue proves it exact, else the original"
-MOVED_PLAN = Fallback("manual", "Keep the original code (it runs on the NPU, unfused), or compute the router "
-                                "logits, k and the other inputs before the router in plain names that its statements "
-                                "do not reassign, then run migrate again.")
+MOVED_PLAN = plan("moe.moved")
 KERNELS = {"softmax": "torch_npu.npu_moe_gating_top_k_softmax", "topk_softmax": "torch_npu.npu_moe_gating_top_k_softmax_v2",
            "grouped": "torch_npu.npu_moe_gating_top_k"}
 ARITHMETIC = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "//"}
@@ -66,10 +116,10 @@ class MoeGating(Rule):
     declarations = (
         DiagnosticCode("NPU340", "moe-gating",
                        "MoE routers (softmax/sigmoid scores, bias, group-limited top-k) → torch_npu MoE gating "
-                       "kernels (guarded)", rewrites=True, example="moe_gating_mixtral"),
+                       "kernels (guarded)", rewrites=True, example="moe_gating_mixtral", doc=__doc__),
         DiagnosticCode(REPORT, "moe-gating-unfused",
                        "MoE routers the gating kernels cannot express (reported, not rewritten)",
-                       example="moe_gating_reported"),
+                       example="moe_gating_reported", doc=__doc__),
     )
     triggers = (b"topk",)
 

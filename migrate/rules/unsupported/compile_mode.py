@@ -1,10 +1,25 @@
 """NPU114: CUDA graphs requested through torch.compile, and inductor's Triton settings, reported.
 
-``torch.compile`` itself is kept (its record is ``native``); a call that asks for CUDA graphs —
-``mode="reduce-overhead"`` or ``mode="max-autotune"`` (both capture cudagraph trees), or
-``options={"triton.cudagraphs": True}`` — is reported with the plan of the ``torch.compile``
-record, also as a decorator (``@torch.compile(mode=...)``). Names below
-``torch._inductor.config.triton`` are reported through their op-table record.
+## What it does
+Reports `torch.compile(...)` calls (also as decorators) that ask for CUDA graphs:
+`mode="reduce-overhead"`, `mode="max-autotune"` (both capture cudagraph trees on CUDA) or
+`options={"triton.cudagraphs": True}`, with the plan of the `torch.compile` record; and every use of
+a `torch._inductor.config.triton.*` setting, with its record's plan. `torch.compile` itself is kept
+(its record is `native`).
+
+## Why
+CUDA graphs are a CUDA driver feature and inductor's Triton settings only act where inductor
+generates Triton kernels; torch_npu's own graph capture is `torch.npu.NPUGraph`, `torch.npu.graph`
+and `torch.npu.make_graphed_callables` (public `torch.npu` API; the NPU201 rename maps
+`torch.cuda.graph`/`CUDAGraph`/`make_graphed_callables` to them), and transfer_to_npu makes
+`has_triton()` answer False (opmap/reference/torch_npu_facts.md §5).
+
+## Fix safety
+Reported only (plan `manual`).
+
+## Known problems
+A mode passed through a variable (`torch.compile(m, mode=args.mode)`) is not seen; options
+dictionaries built elsewhere are not read.
 """
 
 from __future__ import annotations
@@ -24,7 +39,7 @@ class CompileMode(TableNameRule):
     declarations = (
         DiagnosticCode("NPU114", "compile-mode",
                        "torch.compile CUDA-graph modes and inductor Triton settings (CUDA-only)",
-                       example="compile_mode"),
+                       example="compile_mode", doc=__doc__),
     )
     triggers = (b"reduce-overhead", b"max-autotune", b"cudagraph", b"_inductor")
 

@@ -1,7 +1,23 @@
-"""NPU101: float64 (``torch.float64``, ``torch.double``, ``DoubleTensor``, ``.double()``) is reported:
-NPUs have no float64 kernels, and switching to float32 changes results, so no silent rewrite.
+"""NPU101: float64 is reported, never rewritten: NPUs have no float64 kernels.
 
-Names inside a comparison (``x.dtype == torch.float64``) only test a dtype and are not reported.
+## What it does
+Reports every use of `torch.float64`, `torch.double`, `torch.DoubleTensor`,
+`torch.cuda.DoubleTensor` and `.double()` calls. Names used only in a comparison (`x.dtype ==
+torch.float64`) are not reported.
+
+## Why
+Ascend NPUs have no float64 kernels ("npu does not support float64"); `transfer_to_npu` maps
+`DoubleTensor` to `FloatTensor` at run time. Switching to float32 changes results (about 7
+significant digits instead of 16), so the tool reports instead of rewriting silently.
+
+## Fix safety
+Reported only (plan `composite`): use float32, or keep that computation on the CPU in float64 and
+move the result to the NPU.
+
+## Known problems
+`dtype=float` and NumPy float64 arrays converted with `torch.from_numpy` also give float64 tensors
+and are not detected. A user class with its own `double()` method is recognised only inside that
+class (`self.double()`).
 """
 
 from typing import Set
@@ -14,7 +30,8 @@ from .._table import TableNameRule
 
 
 class Float64(TableNameRule, MemberRule):
-    declarations = (DiagnosticCode("NPU101", "float64", "float64 has no NPU kernels (use float32)", example="float64"),)
+    declarations = (DiagnosticCode("NPU101", "float64", "float64 has no NPU kernels (use float32)", example="float64",
+                                   doc=__doc__),)
     triggers = (b"float64", b"double", b"Double")
     member = "double"
 

@@ -1,13 +1,31 @@
-"""NPU120: ``torch.optim.<X>(..., fused=True)`` whose fused aten op has no NPU kernel: the step runs
-on the CPU.
+"""NPU120: ``torch.optim.<X>(..., fused=True)`` whose fused aten op (``FUSED_OPS``) has no NPU kernel:
+the step runs on the CPU.
 
-torch accepts ``fused=True`` on the NPU (its PrivateUse1 backend is among the fused-capable
-devices), and each optimizer's fused step is one aten op (``FUSED_OPS``). Whether the NPU has a
-kernel for it is read from the reference list of aten ops with NPU kernels
-(``opmap/reference/aten_ops_with_npu_kernels.txt``, torch_npu 2.14.0): ``_fused_adam_``,
-``_fused_adamw_`` and ``_fused_sgd_`` have one, ``_fused_adagrad_`` has not. An optimizer whose op
-is missing is reported with the plan of ``pattern.optim.fused`` (drop ``fused=True``: foreach runs
-on the NPU); the others are left alone.
+## What it does
+Reports `torch.optim.<Optimizer>(..., fused=True)` (any value but a literal False/None) when the
+optimizer's fused step, one aten op, has no NPU kernel: of `torch.optim.Adam` (`_fused_adam_`),
+`AdamW` (`_fused_adamw_`), `SGD` (`_fused_sgd_`) and `Adagrad` (`_fused_adagrad_`), torch_npu 2.14.0
+lacks `_fused_adagrad_`. Which ops have NPU kernels is read from
+`opmap/reference/aten_ops_with_npu_kernels.txt`, so a torch_npu release that adds the kernel
+silences the report by updating that list. The report carries the plan of the `pattern.optim.fused`
+record; the other optimizers are left alone.
+
+## Why
+torch accepts `fused=True` on the NPU (the PrivateUse1 backend is among its fused-capable devices),
+so nothing fails: an aten op without an NPU kernel falls back to the CPU, and the optimizer step
+then copies every parameter, gradient and state to the host and back, every step.
+opmap/reference/torch_npu_facts.md §(v).9 says `torch.optim.*(fused=True)` falls back to the CPU;
+the kernel list extracted from the same 2.14.0 wheel registers `_fused_adam_`, `_fused_adamw_` and
+`_fused_sgd_` for the NPU, so Adam, AdamW and SGD with `fused=True` are not reported (their NPU401
+note names `fused=True` as the fused path without `NpuFusedAdamW`'s traps).
+
+## Fix safety
+Reported only. Dropping `fused=True` selects torch's default foreach implementation, which runs on
+the NPU (torch_npu enables foreach on Ascend 910B and newer) and computes the same update.
+
+## Known problems
+`fused=` passed through `**kwargs` or an optimizer class chosen at run time (`getattr(torch.optim,
+name)`) is not seen.
 """
 
 from __future__ import annotations
@@ -38,7 +56,7 @@ class FusedOptimizer(Rule):
     declarations = (
         DiagnosticCode("NPU120", "fused-optimizer-cpu",
                        "optimizer fused=True whose aten::_fused_* op has no NPU kernel (the step falls back to the CPU)",
-                       example="fused_optimizer"),
+                       example="fused_optimizer", doc=__doc__),
     )
     triggers = (b"fused",)
 
