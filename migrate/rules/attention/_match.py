@@ -39,6 +39,10 @@ SINKS_PLAN = plan("attention.sinks")
 EINSUM_PLAN = plan("attention.einsum")
 MERGED_PLAN = plan("attention.merged_heads")
 HEAD_MASK_PLAN = plan("attention.head_mask")
+CONCAT_PLAN = plan("attention.concatenated_scores")
+MOVED_PROBS_PLAN = plan("attention.probabilities_changed")
+ZEROED_PLAN = plan("attention.zeroed_rows")
+MLA_PLAN = plan("attention.latent")
 
 
 @dataclass
@@ -199,9 +203,11 @@ class _Reader:
         return result
 
     def _unread(self, why: str):
-        """None, after recording in ``self.why`` why the scores of the softmax were not read."""
+        """None, after recording in ``self.why`` why the scores of the softmax were not read (when they
+        are q·kᵀ scores: a softmax over anything else is not attention)."""
         softmax = self.found.softmax
-        self.why = (softmax, softmax.node, why)
+        if has_transposed_product(softmax.input, 16):
+            self.why = (softmax, softmax.node, why)
         return None
 
     def _stopped(self, probs: Optional[Value]):
@@ -213,11 +219,15 @@ class _Reader:
                 break
             below = below["else"] if below.op == Op.PHI else below.input
         if probs is not None and probs.op != Op.SOFTMAX and below is not None and below.op == Op.SOFTMAX \
-                and _softmax_dim_is_last(below):
+                and _softmax_dim_is_last(below) and has_transposed_product(below.input, 16):
             if probs.op == Op.PHI:
                 test = _label(probs["test"]) if probs["test"] is not None else None
                 where = f"under `if {test}:`" if test else "in a branch"
                 why = f"the probabilities are reassigned {where} between the softmax and the product with V, which " \
+                      "the rule does not follow"
+            elif probs.op in (Op.RESHAPE, Op.TRANSPOSED, Op.PERMUTE, Op.UNSQUEEZE):
+                text = f"`{code(probs.node)}`" if probs.node is not None else "a view"
+                why = f"the probabilities are reshaped ({text}) between the softmax and the product with V, which " \
                       "the rule does not follow"
             else:
                 text = f"`{code(probs.node)}`" if probs.node is not None else f"a {probs.op.value}"
@@ -281,7 +291,9 @@ class _Reader:
                 return blocked(value.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                            "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
             else:
-                return None
+                text = f"`{code(value.node)}`" if value.node is not None and len(code(value.node)) <= 80 else \
+                    f"a {value.op.value}"
+                return self._unread(f"the scores go through {text} before the softmax, which the rule does not read")
         return None
 
     def _product(self, value: Value):
@@ -449,9 +461,9 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
     latent = next((c for c in cores if c.op == Op.ADD and _is_product(c.input) and _is_product(c["other"])), None)
     if latent is not None:
         parts = " and ".join(_product_text(p) for p in (latent.input, latent["other"]))
-        return blocked(latent.node, f"latent attention (MLA): the scores are the sum of two products, {parts} (the "
-                                    "part without rotary against the latent cache, the rotary part against its own "
-                                    "cache), which the rule does not read as one q @ kᵀ", MLA_PLAN)
+        return blocked(latent.node, f"the scores are the sum of two products, {parts} (two query-key pairs: latent "
+                                    "attention's parts without and with rotary, or two streams such as text and "
+                                    "layout), which the kernel does not compute as one q @ kᵀ", MLA_PLAN)
     if scores.op == Op.EINSUM or any(c.op == Op.EINSUM for c in cores):
         return blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
@@ -461,20 +473,6 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
                                  "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
 
 
-CONCAT_PLAN = Fallback("manual", (
-    "npu_fusion_attention computes one q @ kᵀ: scores concatenated from several products (word and entity "
-    "queries against word and entity keys, say) are one product only when the queries and keys are "
-    "concatenated the same way first. Write them so, or keep the eager attention (it runs on the NPU, "
-    "unfused)."))
-MOVED_PROBS_PLAN = Fallback("manual", (
-    "npu_fusion_attention computes softmax(scores) @ V in one kernel: an operation on the probabilities "
-    "between the two has no place in it. Keep the eager attention (it runs on the NPU, unfused), or write "
-    "that operation as a mask or bias of the scores, then run migrate again."))
-ZEROED_PLAN = Fallback("manual", (
-    "npu_fusion_attention masks the scores before its softmax; zeroing probabilities afterwards with "
-    "another mask changes the rows without renormalising them. Mask the scores with that mask too (then "
-    "the zeroing only clears rows with every key masked, which the fused call does), or keep the eager "
-    "attention."))
 
 
 def _zeroes_dead_rows(found: "Attention") -> bool:
@@ -488,29 +486,38 @@ def _zeroes_dead_rows(found: "Attention") -> bool:
     return same_value(a, b)
 
 
-MLA_PLAN = Fallback("manual", (
-    "In the absorbed form, softmax(scale * (q_nope·W_kc @ kv_cacheᵀ + q_pe @ pe_cacheᵀ)) @ kv_cache is one "
-    "attention whose query and key are the concatenations [q_nope·W_kc | q_pe] and [kv_cache | pe_cache] (head "
-    "dim kv_lora_rank + rope dim) and whose value is kv_cache, shared by every head: write it so and call "
-    "torch_npu.npu_fusion_attention (BSND; decoding: npu_incre_flash_attention) after checking the kernel takes "
-    "those head dims; torch_npu.npu_mla_prolog_v2/_v3 computes the query and key prologue (RMSNorm, rotary, "
-    "cache write) in one kernel. Check with migrate parity; until then the eager code runs."))
 
 
 def _is_product(value: Optional[Value]) -> bool:
-    while value is not None and value.op in (Op.CAST, Op.SAME):
-        value = value.input
-    return value is not None and value.op in (Op.EINSUM, Op.MATMUL)
+    """A product of two tensors, possibly cast or scaled (``q @ kᵀ / sqrt(d)``)."""
+    return _product_below(value) is not None
+
+
+def _product_below(value: Optional[Value]) -> Optional[Value]:
+    for _ in range(4):
+        if value is None:
+            return None
+        if value.op in (Op.EINSUM, Op.MATMUL):
+            return value
+        if value.op in (Op.MUL, Op.DIV):
+            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_einsum_or_matmul, 4)]
+            value = sides[0] if len(sides) == 1 else None
+        else:
+            value = value.input if value.op in (Op.CAST, Op.SAME) else None
+    return None
+
+
+def _is_einsum_or_matmul(value: Value) -> bool:
+    return value.op in (Op.EINSUM, Op.MATMUL)
 
 
 def _product_text(value: Value) -> str:
     """``einsum("bshc,btc->bsht")`` for an einsum, ``a @ b`` source for a short product, else "a product"."""
-    while value.op in (Op.CAST, Op.SAME):
-        value = value.input
+    value = _product_below(value) or value
     if value.op == Op.EINSUM and value["equation"] is not None and value["equation"].name:
         return f'`einsum("{value["equation"].name}")`'
     label = _label(value)
-    return f"`{label}`" if label and len(label) <= 60 else "a product"
+    return f"`{label}`" if label and len(label) <= 80 else "a product"
 
 
 def _cores(scores: Value, depth: int = 8) -> List[Value]:
