@@ -155,7 +155,7 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
         functions = [n for n in ctx.tree.subtree(module) if isinstance(n, cst.FunctionDef)]
         spans = _spans(module, functions)
         modules = {}
-        for func, line in softmax_modules.sites(module):
+        for func, line in softmax_modules.sites(module) if "Softmax" in text else ():
             modules.setdefault(id(func), line)
         findings = by_file.get(entry["path"], [])
         for family in families():
