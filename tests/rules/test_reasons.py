@@ -210,6 +210,28 @@ def test_a_claim_the_input_does_not_show_fails(message, wrong):
     assert len(found) == wrong, found
 
 
+ROTARY = '''
+import torch
+
+
+def _rotate_half(x, interleaved):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply(t, cos, sin, interleaved=False):
+    return (t * cos) + (_rotate_half(t, interleaved) * sin)
+'''
+
+
+def test_a_rotation_in_the_same_file_is_not_in_another_module():
+    """megatron's rope_utils: ``_rotate_half`` is defined beside its caller, nothing named so is imported."""
+    message = ("rotary embedding `(t * cos) + (_rotate_half(t, interleaved) * sin)` is not rewritten: its rotation "
+               "is a function defined in another module, which this file does not show")
+    found = untrue(message, scope(ROTARY, 11))
+    assert len(found) == 1 and "defined in another module" in found[0], found
+
+
 def test_the_scope_is_the_finding_s_definition_and_the_imports():
     first, second = scope(ATTENTION, 9), scope(ATTENTION, 14)
     assert "rotate_half" in first and "rotate_half" in second
