@@ -321,8 +321,8 @@ class _Reader:
                 return None
             label = _label(term)
             if label is not None and BIAS_NAME.search(label) and not _built_as_mask(term):
-                return blocked(value.node, f"`{label}` is added to the scores: a position bias by its name, not a mask "
-                                           "this code builds from 0 and minus infinity", fallback_pse(f"`{label}`"))
+                return blocked(value.node, f"`{label}` is added to the scores: a position bias by its name (this code "
+                                           "does not build it from 0 and -inf)", fallback_pse(f"`{label}`"))
             kind, mask = "additive", term
         elif op == "masked_fill":
             scores, mask, fill = value.input, value["mask"], value["value"]
@@ -515,7 +515,7 @@ def _product_text(value: Value) -> str:
     """``einsum("bshc,btc->bsht")`` for an einsum, ``a @ b`` source for a short product, else "a product"."""
     value = _product_below(value) or value
     if value.op == Op.EINSUM and value["equation"] is not None and value["equation"].name:
-        return f'`einsum("{value["equation"].name}")`'
+        return f'the einsum `"{value["equation"].name}"`'
     label = _label(value)
     return f"`{label}`" if label and len(label) <= 80 else "a product"
 
