@@ -20,8 +20,31 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import libcst as cst
+
+import softmax_modules
+from npu_migrate.migrate.context import FileContext
+from npu_migrate.migrate.names import NameResolver
+from npu_migrate.migrate.positions import positions
+from npu_migrate.migrate.residual import FAMILIES
+from npu_migrate.opmap import load_table
+
 SCRATCH = Path("/work/scratch/corpus")
-PACKAGES = {"litgpt": "litgpt==0.5.13", "torchtune": "torchtune==0.6.1", "mistral_inference": "mistral-inference==1.6.0"}
+# {package folder pip puts under SCRATCH/packages: pinned requirement}, by kind of model code
+PACKAGES = {
+    # LLM stacks and training frameworks
+    "litgpt": "litgpt==0.5.13", "torchtune": "torchtune==0.6.1", "mistral_inference": "mistral-inference==1.6.0",
+    "torchtitan": "torchtitan==0.3.0", "megatron": "megatron-core==0.16.1",  # 0.17+ needs Python 3.12
+    # vision transformers, CLIP, segmentation
+    "vit_pytorch": "vit-pytorch==1.26.11", "timm": "timm==1.0.31", "open_clip": "open-clip-torch==3.3.0",
+    "segment_anything": "segment-anything==1.0",
+    # speech and diffusion
+    "whisper": "openai-whisper==20250625", "diffusers": "diffusers==0.42.1",
+    # mixture-of-experts libraries
+    "st_moe_pytorch": "st-moe-pytorch==0.1.8", "mixture_of_experts": "mixture-of-experts==0.2.3",
+    # rotary and attention reference code
+    "rotary_embedding_torch": "rotary-embedding-torch==0.9.1", "x_transformers": "x-transformers==2.31.10",
+}
 # what the packages import at import time (installed --no-deps into SCRATCH/deps for the import check)
 DEPENDENCIES = ["lightning==2.6.6", "lightning-utilities==0.15.3", "psutil==7.2.2", "torchmetrics==1.9.0",
                 "torchao==0.10.0", "omegaconf==2.4.0", "sentencepiece==0.2.3", "tiktoken==0.14.0",
@@ -49,15 +72,12 @@ def installed_transformers() -> Path:
 def repos(scratch: Path = SCRATCH, install: bool = True) -> Dict[str, Path]:
     """``{name: package directory}``: the scratch packages (installed first when missing) and
     transformers' models."""
-    found: Dict[str, Path] = {}
-    for name, requirement in PACKAGES.items():
-        target = scratch / "packages"
-        if not (target / name).is_dir():
-            if not install:
-                continue
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                            requirement], check=True)
-        found[name] = target / name
+    target = scratch / "packages"
+    missing = [requirement for name, requirement in PACKAGES.items() if not (target / name).is_dir()]
+    if missing and install:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                        *missing], check=True)
+    found = {name: target / name for name in PACKAGES if (target / name).is_dir()}
     found["transformers"] = installed_transformers() / "models"
     return found
 
@@ -90,8 +110,6 @@ def migrate(name: str, source: Path, workdir: Path, *args: str) -> Run:
 
 
 def families():
-    from npu_migrate.migrate.residual import FAMILIES
-
     return FAMILIES
 
 
@@ -112,14 +130,10 @@ def family_counts(report: dict) -> Dict[str, Counter]:
 
 def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
     """(path, line, family) of each component the detectors see in ``source`` with no finding of
-    its family inside the same function in report.json."""
-    import libcst as cst
-
-    from npu_migrate.migrate.context import FileContext
-    from npu_migrate.migrate.names import NameResolver
-    from npu_migrate.migrate.positions import positions
-    from npu_migrate.opmap import load_table
-
+    its family inside the same function in report.json. The detectors are the families' (on the
+    dataflow view, in every function that names one of the family's words) and, for attention,
+    ``softmax_modules.sites`` (plain libcst, independent of the engine): a softmax module set in
+    ``__init__`` and called on q·kᵀ scores, whose function need not name a softmax at all."""
     table = load_table()
     words = set().union(*(f.words for f in families()))
     by_file: Dict[str, List[Tuple[str, int]]] = {}
@@ -127,7 +141,7 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
         by_file.setdefault(finding["path"], []).append((finding["code"], finding["line"]))
     missing = []
     for entry in report.get("files", []):
-        if entry["status"] not in ("changed", "unchanged"):
+        if entry["status"] not in ("changed", "unchanged", "skipped"):  # skipped: no rule's trigger in its bytes
             continue
         path = source / entry["path"]
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -140,25 +154,34 @@ def silent(source: Path, report: dict) -> List[Tuple[str, int, str]]:
         ctx = FileContext(entry["path"], module, table, NameResolver(module))
         functions = [n for n in ctx.tree.subtree(module) if isinstance(n, cst.FunctionDef)]
         spans = _spans(module, functions)
+        modules = {}
+        for func, line in softmax_modules.sites(module) if "Softmax" in text else ():
+            modules.setdefault(id(func), line)
+        findings = by_file.get(entry["path"], [])
         for family in families():
             for func in functions:
-                if not ctx.tree.names(func.body) & family.words:
-                    continue
-                detections = [v for v in family.detect(ctx.view(func)) if v.node is not None]
-                if not detections:
+                where = _detected(ctx, module, func, family) or (modules.get(id(func)) if family.name == "attention" else None)
+                if where is None:
                     continue
                 first, last = spans[id(func)]
-                covered = any(code in family.codes and first <= line <= last for code, line in by_file.get(entry["path"], []))
-                if not covered and not _helper_of_covered(ctx, func, functions, spans, family, by_file.get(entry["path"], [])):
-                    where = positions(module, [detections[0].node]).get(id(detections[0].node), (0, 0))[0]
+                covered = any(code in family.codes and first <= line <= last for code, line in findings)
+                if not covered and not _helper_of_covered(ctx, func, functions, spans, family, findings):
                     missing.append((entry["path"], where, family.name))
     return missing
 
 
+def _detected(ctx, module, func, family) -> Optional[int]:
+    """The line of the first component the family's own detector sees in ``func``, None when none."""
+    if not ctx.tree.names(func.body) & family.words:
+        return None
+    detections = [v for v in family.detect(ctx.view(func)) if v.node is not None]
+    if not detections:
+        return None
+    return positions(module, [detections[0].node]).get(id(detections[0].node), (0, 0))[0]
+
+
 def _spans(module, functions) -> Dict[int, Tuple[int, int]]:
     """(first, last) line of each function: its start from ``positions``, its end by counting lines."""
-    from npu_migrate.migrate.positions import positions
-
     starts = positions(module, functions)
     spans = {}
     for func in functions:

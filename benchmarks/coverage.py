@@ -1,18 +1,26 @@
 """Per concept: how many component sites of real code are fused, reported with a reason, or silent.
-    python benchmarks/coverage.py [--only REPO ...] [--parity] [--reasons N] [--workdir DIR]
+    python benchmarks/coverage.py [--only REPO ...] [--scratch DIR] [--jobs N] [--parity] [--reasons N]
+                                  [--silent] [--workdir DIR]
 
-The corpus is ``benchmarks/corpus.py``'s: the installed transformers models (every family) and
-litgpt, torchtune and mistral-inference installed ``--no-deps`` into a scratch directory, each
-migrated by a whole ``migrate run`` process. Per concept (attention, rotary, RMS norm, gated MLP,
-router) and repository it prints:
+The corpus is ``benchmarks/corpus.py``'s: the installed transformers models (every family) and the
+registry packages of ``corpus.PACKAGES`` (LLM stacks and training frameworks, vision transformers,
+CLIP, speech, diffusion, mixture-of-experts libraries, rotary and attention reference code),
+installed ``--no-deps`` into ``--scratch`` and exercised where pip put them, each migrated by a
+whole ``migrate run`` process. Per concept (attention, rotary, RMS norm, gated MLP, router) and
+repository it prints:
 
 - seen: every finding of the concept's codes; fused: rewritten; reported: left as they are, with
   the reason in the finding; "form unread": the reported sites that only the residual pass caught
   (a component the rules do not read in that spelling, the kernel could perhaps compute it);
-- silent: components the independent detectors of ``corpus.silent`` see with no finding (a bug);
+- silent: components the independent detectors of ``corpus.silent`` see with no finding (a bug),
+  softmax modules (``nn.Softmax`` set in ``__init__``, ``benchmarks/softmax_modules.py``) included;
+  ``--silent`` lists them (path:line);
 - fused / (fused + form unread): the share of the sites the rules could read that they fuse
   (the target is at least 90%; sites the kernels cannot express are reported with a reason, and
   the most frequent reasons are listed per concept).
+
+The reports stay in ``--workdir`` (``reports/<repo>/report.json``), where
+``benchmarks/reason_sample.py`` draws the findings whose reasons are checked by hand.
 
 ``--parity`` also runs ``benchmarks/real_code_report.py``'s parity cases (tiny transformers llama,
 gpt2, bert, mixtral, t5 models in float32, bfloat16, AMP and from a checkpoint, and tiny litgpt
@@ -51,9 +59,11 @@ def reason(message: str) -> str:
 def coverage(runs: Dict[str, corpus.Run]) -> tuple:
     rows, reasons = [], defaultdict(Counter)
     totals: Dict[str, Counter] = defaultdict(Counter)
+    sites = {}
     for name, run in runs.items():
         counts = corpus.family_counts(run.report)
-        silent = Counter(family for _, _, family in corpus.silent(run.source, run.report))
+        sites[name] = corpus.silent(run.source, run.report)
+        silent = Counter(family for _, _, family in sites[name])
         for family, c in counts.items():
             c["silent"] = silent[family]
             rows.append([family, name, c["seen"], c["fused"], c["reported"], c["residual"], c["silent"], share(c)])
@@ -65,7 +75,7 @@ def coverage(runs: Dict[str, corpus.Run]) -> tuple:
     for family, c in totals.items():
         rows.append([family, "all", c["seen"], c["fused"], c["reported"], c["residual"], c["silent"], share(c)])
     rows.sort(key=lambda r: (list(KERNELS).index(r[0]) if r[0] in KERNELS else 99, r[1] == "all"))
-    return rows, reasons
+    return rows, reasons, sites
 
 
 def share(c: Counter) -> str:
@@ -92,22 +102,32 @@ def parity(workdir: Path) -> List[List[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="repositories (litgpt, torchtune, mistral_inference, transformers)")
+    parser.add_argument("--only", nargs="*", help=f"repositories ({', '.join([*corpus.PACKAGES, 'transformers'])})")
+    parser.add_argument("--scratch", type=Path, default=corpus.SCRATCH,
+                        help=f"where the packages are installed (packages/), first when missing ({corpus.SCRATCH})")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes of each migrate run (2)")
     parser.add_argument("--parity", action="store_true", help="also run the parity cases of real_code_report.py")
     parser.add_argument("--reasons", type=int, default=6, help="most frequent reasons shown per concept")
+    parser.add_argument("--silent", action="store_true", help="list every silent site (path:line)")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="coverage-"))
-    targets = {k: v for k, v in corpus.repos().items() if not args.only or k in args.only}
-    print(f"corpus: {corpus.versions()}; work dir {workdir}\n")
-    runs = {name: corpus.migrate(name, source, workdir, "--jobs", "2", "--no-cache") for name, source in targets.items()}
-    rows, reasons = coverage(runs)
+    targets = {k: v for k, v in corpus.repos(args.scratch).items() if not args.only or k in args.only}
+    print(f"corpus: {corpus.versions(args.scratch)}; work dir {workdir}\n")
+    runs = {name: corpus.migrate(name, source, workdir, "--jobs", str(args.jobs), "--no-cache")
+            for name, source in targets.items()}
+    rows, reasons, sites = coverage(runs)
     print(corpus.table(rows, ["concept", "repo", "seen", "fused", "reported", "form unread", "silent",
                               "fused/(fused+unread)"]))
     for family, counted in reasons.items():
         print(f"\n{family}: most frequent reasons for a reported site")
         for text, n in counted.most_common(args.reasons):
             print(f"  {n:>4}  {text}")
+    if args.silent:
+        print("\nsilent sites")
+        for name, found in sites.items():
+            for path, line, family in found:
+                print(f"  {family:<10} {name}/{path}:{line}")
     if args.parity:
         print()
         print(corpus.table(parity(workdir / "parity"), ["concept", "passing runs", "(family dtype)",

@@ -59,7 +59,7 @@ def check(ctx: FileContext, enabled: Callable[[str], bool]) -> None:
         edited = {id(n) for s in sites for n in _edited_spans(s)}
         anchored = {id(statement_of(s.anchor, parents)) for s in sites} | {id(s.anchor) for s in sites}
         for func in functions:
-            if not ctx.tree.names(func.body) & family.words:
+            if not family.named_in(ctx.tree.names(func.body)):
                 continue
             for value in family.detect(ctx.view(func)):
                 node = value.node

@@ -27,10 +27,16 @@ class Family:
     also: FrozenSet[str] = frozenset()  # codes of other rules that cover it too (a library reported instead)
     # triage: whether a function (``triage.Function``, with the ones it calls) of a module (its ``Words``) may hold the core
     computes: Optional[Callable[[object, object], bool]] = None
+    # a name containing one of these (lower case) counts as naming the family (``self.scale_mask_softmax``)
+    word_parts: FrozenSet[str] = frozenset()
+
+    def named_in(self, names) -> bool:
+        """Whether a function naming ``names`` may hold a detection (the cheap test before its view)."""
+        return bool(self.words & names) or any(part in name.lower() for name in names for part in self.word_parts)
 
     def may_find(self, words) -> bool:
         """Triage (``migrate.triage``): whether a module with these words can hold a detection."""
-        return any(self.words & f.names and (self.computes is None or self.computes(words, words.reach(f)))
+        return any(self.named_in(f.names) and (self.computes is None or self.computes(words, words.reach(f)))
                    for f in words.functions)
 
     def enabled(self, code_enabled: Callable[[str], bool]) -> bool:

@@ -29,6 +29,7 @@ from .ops import Op
 from .syntax import assigned_names, body_of, decorated, dotted, ends_in_return, in_place, in_place_receiver, literal, walk_names
 
 INLINE_DEPTH = 3
+SEQUENTIAL = "torch.nn.Sequential"  # a module that calls its members in order
 INLINE_STATEMENTS = 30
 
 
@@ -303,22 +304,43 @@ class View:
         inlined = self._inline(node, callee, args)
         if inlined is not None:
             return inlined
-        module = self._module_op(callee)
-        if module is not None and len(args) == 1 and node.args[0].keyword is None:
-            op, extra = module
-            return self._make(op, {"input": args[0], "module": callee, **extra}, node)
+        chain = self._module_ops(callee)
+        if chain and len(args) == 1 and node.args[0].keyword is None:
+            value = args[0]
+            for op, extra, module in chain:  # nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(p)): one op per member
+                value = self._make(op, {"input": value, "module": module, **extra}, node)
+            return value
         kw = {"callee": callee, **{f"arg{i}": a for i, a in enumerate(args)}}
         return Value(Op.CALL, kw, node=node, view=self, name=qualified)
 
-    def _module_op(self, callee: Value) -> Optional[Tuple[str, Dict[str, Value]]]:
-        """``self.act`` set to ``nn.SiLU()`` in ``__init__``: ("silu", {}); a module only known at run
-        time (``ACT2FN[config.hidden_act]``): ("act", {}); else None."""
+    def _module_ops(self, callee: Value) -> List[Tuple[str, Dict[str, Value], Value]]:
+        """(op, extra arguments, the module) for each op that calling ``callee`` computes, in order:
+        one for ``self.act`` set to a module in ``__init__`` (``nn.SiLU()``; ``ACT2FN[...]``, known
+        only at run time, computes "act"); one per member of an ``nn.Sequential`` of such modules,
+        each member being ``callee[i]``; one for a module built and called in place
+        (``nn.Softmax(dim=-1)(scores)``); [] otherwise."""
+        if callee.op == Op.CALL and isinstance(callee.node, cst.Call):
+            found = self._module_op(callee.node)
+            return [(*found, callee)] if found is not None and found[0] != "act" else []
         if not (callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM
                 and callee.input.name == "self"):
-            return None
+            return []
         made = self.scope.attributes.get(callee.name)
-        if made is None:
-            return None
+        if isinstance(made, cst.Call) and self.scope.qualify(made.func) == SEQUENTIAL:
+            if not made.args or any(a.keyword is not None or a.star for a in made.args):
+                return []
+            members = [self._module_op(a.value) for a in made.args]
+            if any(m is None or m[0] == "act" for m in members):
+                return []
+            return [(op, extra, Value(Op.GETITEM, {"input": callee, "index0": Value(Op.CONST, view=self, number=i)},
+                                      view=self)) for i, (op, extra) in enumerate(members)]
+        found = self._module_op(made) if made is not None else None
+        return [(*found, callee)] if found is not None else []
+
+    def _module_op(self, made: cst.BaseExpression) -> Optional[Tuple[str, Dict[str, Value]]]:
+        """What a module built by ``made`` computes on one tensor: ("silu", {}) for ``nn.SiLU()``,
+        ("softmax", {"dim": ...}) for ``nn.Softmax(dim=-1)``, ("act", {}) for an activation known only
+        at run time (``ACT2FN[config.hidden_act]``, ``get_activation(...)``), else None."""
         target = made.func if isinstance(made, cst.Call) else made
         qualified = self.scope.qualify(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
         if qualified in MODULES:

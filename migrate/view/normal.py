@@ -14,6 +14,7 @@ Adding a spelling is adding one rule here:
   such on the 4-D tensors attention uses)
 * ``torch.einsum("bhqd,bhkd->bhqk", q, k)`` → ``matmul(q, transposed(k))``, ``"bhqk,bhkd->bhqd"``
   → ``matmul(p, v)`` (any batch letters; the contraction over the last dims)
+* ``softmax(x - x.amax(dim, keepdim=True), dim)`` → ``softmax(x, dim)`` (the stabilising shift)
 * ``x.to(x.dtype)``-like casts keep their op; ``same`` (``contiguous``, ``clone``) is looked through
 * (in ``view.shapes``) ``t.topk(k)[1]``, ``t.topk(k).indices``, ``torch.max(t, -1)[0]``, ``t.chunk(2)[0]`` → ``item(t, i)``,
   the value tuple unpacking gives (``values, indices = t.topk(k)``); ``t.max(dim).values`` →
@@ -131,11 +132,24 @@ def _axis(value):
     return value
 
 
+def _shifted_softmax(value):
+    """``softmax(x - x.amax(dim, keepdim=True), dim)`` → ``softmax(x, dim)``: subtracting each row's
+    maximum over the softmax's own dim changes nothing (softmax subtracts it itself; a row of minus
+    infinity is NaN either way)."""
+    if value.op != Op.SOFTMAX or value.input is None or value.input.op != Op.SUB:
+        return value
+    x, shift = value.input.input, value.input["other"]
+    if shift is None or shift.op != Op.AMAX or not same_value(shift.input, x) or number(shift["keepdim"]) != 1 \
+            or number(shift["dim"]) is None or number(shift["dim"]) != number(value["dim"]):
+        return value
+    return derived(value, Op.SOFTMAX, {**value.kw, "input": x})
+
+
 #: The normalisations, in the order they are tried on each new value (the first that changes it
 #: wins): this list is the only place that orders them. Adding a spelling is adding a function above
 #: (or in ``view.shapes``) and naming it here.
 NORMALISATIONS: Tuple[Callable, ...] = (
-    _look_through, _square, _roots, _silu, _transposed, _batched, _einsum, _axis,
+    _look_through, _square, _roots, _silu, _transposed, _batched, _einsum, _axis, _shifted_softmax,
     shapes.channels, shapes.reshaped_as, shapes.rearranged, shapes.reshaped_pairs, shapes.item,
 )
 

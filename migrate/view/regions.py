@@ -134,6 +134,10 @@ def _source(piece: Slice, value: Value, env: Dict[str, Value]) -> Optional[str]:
     if value.op == Op.ATTR and value.input is not None and not piece.view.home(value):
         inner = operand_code(piece, value.input, env)
         return f"{inner}.{value.name}" if inner is not None else None
+    if value.op == Op.GETITEM and value.node is None and value["index0"] is not None \
+            and value["index0"].number is not None:  # a member of an nn.Sequential (view.build)
+        inner = operand_code(piece, value.input, env)
+        return f"{inner}[{int(value['index0'].number)}]" if inner is not None else None
     if piece.view.home(value) and _pure(value.node, piece.view.scope.qualify):
         return _stable_text(piece, value.node, env)
     return None

@@ -266,3 +266,83 @@ def test_merged_heads_and_one_head_attention_run_fused_and_equal(npu, dtype):
     got = after["one_head"](x1, *weights, h * d)
     close(got, before["one_head"](x1, *weights, h * d), dtype)
     assert len(npu) == 1 and got.shape == (n, h * d)
+
+
+def _twins(before, after, name, *args):
+    """The fixture's class ``name`` from the original and the migrated source, with the same weights."""
+    torch.manual_seed(0)
+    original = before[name](*args)
+    migrated = after[name](*args)
+    migrated.load_state_dict(original.state_dict())
+    return original, migrated
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_module_attention_is_equal_forward_and_backward(npu, dtype):
+    """``self.attend = nn.Softmax(dim=-1)`` (alone, or with dropout in an nn.Sequential) and
+    ``nn.Softmax(dim=-1)(scores)``: fused, and equal to the original with its gradients."""
+    before, after = load("NPU302_softmax_module", "NPU302")
+    for name in ("Attention", "SequentialAttention"):
+        original, migrated = _twins(before, after, name, 8)
+        original.to(dtype), migrated.to(dtype)
+        x = rand(2, 5, 8, dtype=dtype)
+        npu.clear()
+        got = migrated(x.clone().requires_grad_())
+        assert len(npu) == 1, name
+        want = original(x.clone().requires_grad_())
+        close(got, want, dtype)
+        got.float().sum().backward(), want.float().sum().backward()
+        for (param, a), b in zip(migrated.named_parameters(), original.parameters()):
+            close(a.grad, b.grad, dtype)
+    q, k, v = rand(2, 2, 4, 8, dtype=dtype), rand(2, 2, 6, 8, dtype=dtype, seed=1), rand(2, 2, 6, 8, dtype=dtype, seed=2)
+    npu.clear()
+    close(after["attend"](q, k, v, 0.125), before["attend"](q, k, v, 0.125), dtype)
+    assert len(npu) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_probabilities_zeroed_after_the_softmax_are_fused_with_their_dead_rows_zero(npu, dtype):
+    """``attn.masked_fill(~mask, 0)`` after the masked softmax: a batch row whose keys are all padding
+    gives zeros, fused where no gradient is needed; with a gradient such a call runs the original,
+    and a call with no dead row runs fused, forward and backward."""
+    before, after = load("NPU302_zeroed_rows", "NPU302")
+    q, k, v = rand(2, 2, 4, 8, dtype=dtype), rand(2, 2, 6, 8, dtype=dtype, seed=1), rand(2, 2, 6, 8, dtype=dtype, seed=2)
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[0, ..., 4:] = False
+    mask[1] = False  # every key of the second sequence is padding
+    npu.clear()
+    with torch.no_grad():
+        got, want = after["attend"](q, k, v, mask, 0.125), before["attend"](q, k, v, mask, 0.125)
+    assert len(npu) == 1 and not got.isnan().any() and (got[1] == 0).all()
+    close(got, want, dtype)
+    npu.clear()
+    leaf = q.clone().requires_grad_()
+    torch.testing.assert_close(after["attend"](leaf, k, v, mask, 0.125), want, equal_nan=True)
+    assert not npu  # a dead row and a gradient needed: the original runs
+    mask[1, ..., :2] = True
+    grads = []
+    for namespace in (after, before):
+        leaf = q.clone().requires_grad_()
+        out = namespace["attend"](leaf, k, v, mask, 0.125)
+        out.float().sum().backward()
+        grads.append((out, leaf.grad))
+    assert len(npu) == 1
+    close(grads[0][0], grads[1][0], dtype)
+    close(grads[0][1], grads[1][1], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_minus_inf_buffer_named_bias_is_a_mask_fused_and_checked(npu, dtype):
+    """``self.attn_bias``, built as triu(full(-inf)): fused while it holds 0 / -inf; after a write
+    that makes it a real bias the original runs."""
+    before, after = load("NPU302_minus_inf_buffer", "NPU302")
+    original, migrated = (m.to(dtype) for m in _twins(before, after, "CausalSelfAttention", 6))
+    q, k, v = (rand(2, 2, 6, 8, dtype=dtype, seed=s) for s in range(3))
+    npu.clear()
+    close(migrated(q, k, v), original(q, k, v), dtype)
+    assert len(npu) == 1
+    for module in (original, migrated):
+        module.attn_bias.add_(torch.linspace(-1, 0, 6))  # now a bias: no kernel computes it exactly as a mask
+    npu.clear()
+    close(migrated(q, k, v), original(q, k, v), dtype)
+    assert not npu

@@ -146,8 +146,8 @@ def is_scalar(value):
 
 
 def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal=None,
-             mask_values_proven=False, live_rows_proven=False, cast_value=False, scale=1.0, weights_requested=False,
-             when=True, site=None):
+             mask_values_proven=False, live_rows_proven=False, zero_dead_rows=False, cast_value=False, scale=1.0,
+             weights_requested=False, when=True, site=None):
     """True when npu_fusion_attention computes what the eager attention code does.
 
     ``additive``: a float mask added to the scores (only 0 and values <= dtype min / 2 convert);
@@ -169,11 +169,18 @@ def can_fuse(query, key, value, *, additive=None, masked=None, keep=None, causal
     mask never proves live rows (left padding masks whole rows). ``cast_value``: the fused call runs
     in q's dtype and casts the result to v's. ``scale``: the code's scale when it is not a Python
     number (the kernel takes a float: ``is_scalar``); ``weights_requested``: the attention
-    probabilities are read afterwards (the kernel does not form them). ``site``: counted there
+    probabilities are read afterwards (the kernel does not form them). ``zero_dead_rows=True``: the
+    code zeroes the probabilities where its one ``masked`` mask holds after the softmax
+    (``probs.masked_fill(mask, 0)``), which changes nothing but the rows with every key masked:
+    ``fusion_attention`` gives those rows zeros too, so they need no check where no gradient is
+    needed (with a gradient, the original's is NaN there under a -inf fill: such calls fall back
+    when a row is dead, as without the flag). ``site``: counted there
     (see "What ran, per site").
     """
     return _record(site, _can_fuse_why(query, key, value, additive, masked, keep, causal, mask_values_proven,
-                                       live_rows_proven, cast_value, scale, weights_requested), when=when)
+                                       live_rows_proven or zero_dead_rows and _no_grad_needed(query, key, value),
+                                       cast_value, scale, weights_requested),
+                   when=when)
 
 
 def _can_fuse_why(query, key, value, additive, masked, keep, causal, values_proven, rows_proven, cast_value, scale,
@@ -209,7 +216,7 @@ def _dead_rows_fixable(masks, query, key, value):
 
 
 def fusion_attention(query, key, value, head_num, *, scale=1.0, keep_prob=1.0, additive=None, masked=None, keep=None,
-                     causal=None, live_rows_proven=False, **proofs):
+                     causal=None, live_rows_proven=False, zero_dead_rows=False, **proofs):
     """``torch_npu.npu_fusion_attention(query, key, value, head_num, "BNSD", ...)[0]`` for inputs
     ``can_fuse`` accepted, computing what the original eager attention computes:
 
@@ -219,14 +226,20 @@ def fusion_attention(query, key, value, head_num, *, scale=1.0, keep_prob=1.0, a
     - a query row with every key masked (left padding) gets the original's value on the device,
       with no sync (``_dead_rows_fixable``): its query is zeroed and its mask opens the keys whose
       mask value is the row's largest, so the kernel's softmax is the uniform one the original's
-      is; rows whose largest value is -inf become NaN, as the original's softmax makes them.
+      is; rows whose largest value is -inf become NaN, as the original's softmax makes them;
+    - with ``zero_dead_rows`` (the code zeroes them after its softmax) such a row gets zeros: the
+      kernel sees its keys unmasked (a finite row, whose gradient is then zero) and its output is
+      set to zero.
     """
     amp = _autocast_dtype(query)
     if amp is not None:
         query, key, value = (t if t.dtype == amp else t.to(amp) for t in (query, key, value))
     masks, _ = _masks(query, key, additive, masked, keep, causal)
-    atten_mask, nan_rows = (_combined(masks) if masks else None), None
-    if masks and not live_rows_proven and _dead_rows_fixable(masks, query, key, value):
+    atten_mask, nan_rows, zero_rows = (_combined(masks) if masks else None), None, None
+    if masks and zero_dead_rows:
+        zero_rows = atten_mask.all(dim=-1, keepdim=True)
+        atten_mask = atten_mask & ~zero_rows
+    elif masks and not live_rows_proven and _dead_rows_fixable(masks, query, key, value):
         mask = masks[0][1]
         dead = atten_mask.all(dim=-1, keepdim=True)
         top = mask.amax(dim=-1, keepdim=True)
@@ -236,6 +249,8 @@ def fusion_attention(query, key, value, head_num, *, scale=1.0, keep_prob=1.0, a
     out = torch_npu.npu_fusion_attention(
         query, key, value, head_num, "BNSD", atten_mask=None if atten_mask is None else _fit(atten_mask, query, key),
         scale=scale, keep_prob=keep_prob)[0]
+    if zero_rows is not None:
+        return torch.where(_fit(zero_rows, query, key)[..., :1], torch.zeros((), dtype=out.dtype, device=out.device), out)
     return out if nan_rows is None else torch.where(nan_rows, torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
 
 

@@ -48,6 +48,26 @@ def is_tril_buffer(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> 
     return bool(values) and all(tril_of_ones(v) for v in values)
 
 
+def is_minus_inf_mask(cls: Optional[cst.ClassDef], attr: str, qualify: Qualify) -> bool:
+    """Every assignment of ``self.<attr>`` builds an additive mask: minus infinity (``float("-inf")``,
+    ``-math.inf``, ``torch.finfo(...).min``) placed by ``triu``/``tril``/``masked_fill``/``where``/
+    ``full``. What it holds now is still checked at run time; this only says it is meant as a mask,
+    not a position bias."""
+    values = _class_assignments(cls, attr)
+
+    def minus_inf(value) -> bool:
+        text = code(value).replace(" ", "")
+        return any(spelled in text for spelled in ('float("-inf")', "float('-inf')", "-float(", "-math.inf",
+                                                   "-torch.inf", ").min"))
+
+    def placed(value) -> bool:
+        return any(method(call, {"triu", "tril", "masked_fill", "masked_fill_", "fill_"}) or
+                   qualify(call.func) in ("torch.triu", "torch.tril", "torch.where", "torch.full")
+                   for call in m.findall(value, m.Call()))
+
+    return bool(values) and all(minus_inf(v) and placed(v) for v in values)
+
+
 def causal_alignment(node: cst.CSTNode) -> Optional[Tuple[str, int]]:
     """(buffer attr, sparse mode) for ``self.buf[:, :, :A, :B]`` (top-left: 2) or
     ``self.buf[:, :, K - Q:K, :K]`` (bottom-right: 3)."""

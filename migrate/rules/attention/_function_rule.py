@@ -8,8 +8,9 @@ from typing import List
 
 import libcst as cst
 
-from ._match import match, unmatched_scores
+from ._match import feeding_products, match, unmatched_scores
 from ...view.ops import Op
+from ...view.scope import class_attributes
 
 SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax"}
 SOFTMAX_NAMES = frozenset({"softmax", "Softmax"})
@@ -35,27 +36,12 @@ def attention_in(view) -> List[object]:
                     consumed.add(id(softmax))
             elif value.op == Op.SOFTMAX:
                 softmaxes.append(value)
-        multiplied = _multiplied(view)
+        multiplied = feeding_products(view)
         for softmax in softmaxes:
             blocked = unmatched_scores(softmax) if id(softmax) not in consumed and id(softmax) in multiplied else None
             if blocked is not None:
                 found.append(blocked)
         view._attention = found
-    return found
-
-
-def _multiplied(view) -> set:
-    """Ids of the softmax values whose output (cast, dropped out, sliced) feeds a product."""
-    found = set()
-    for value in view.values.values():
-        if value.op not in (Op.MATMUL, Op.EINSUM, Op.MUL, Op.CALL):
-            continue
-        operands = list(value.kw.values()) + [i for v in value.kw.values() for i in v.items]
-        for operand in operands:
-            while operand is not None and operand.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM, Op.PHI):
-                operand = operand.input if operand.op != Op.PHI else operand["else"]
-            if operand is not None and operand.op == Op.SOFTMAX:
-                found.add(id(operand))
     return found
 
 
@@ -71,9 +57,11 @@ class FunctionRule:
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
             return
-        # cheap filter: functions that mention a softmax (under any imported alias)
+        # cheap filter: functions that mention a softmax (under any imported alias), or call a softmax
+        # module of their class (``self.attend = nn.Softmax(dim=-1)`` in ``__init__``, or in an nn.Sequential)
         aliases = SOFTMAX_NAMES | {local for local, qualified in self.ctx.names.imports.items() if qualified & SOFTMAX}
-        if not self.ctx.tree.names(node.body) & aliases:
+        names = self.ctx.tree.names(node.body)
+        if not names & aliases and not names & self._softmax_modules(node, aliases):
             return
         view = self.ctx.view(node)
         for result in attention_in(view):
@@ -81,6 +69,17 @@ class FunctionRule:
             if where is not None and self.ctx.migrated(where):
                 continue  # migrated before: the fallback of its guard keeps the original code
             self.found(result, view)
+
+    def _softmax_modules(self, func: cst.FunctionDef, aliases) -> frozenset:
+        """The attributes that the ``__init__`` of ``func``'s class sets to an expression naming a softmax."""
+        cls = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(func))))
+        if not isinstance(cls, cst.ClassDef):
+            return frozenset()
+        memo = self.__dict__.setdefault("_softmax_attributes", {})
+        if id(cls) not in memo:
+            memo[id(cls)] = frozenset(name for name, value in class_attributes(cls).items()
+                                      if self.ctx.tree.names(value) & aliases)
+        return memo[id(cls)]
 
     def found(self, result, view) -> None:
         raise NotImplementedError

@@ -24,8 +24,9 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
+from ._definitions import is_minus_inf_mask
 from ...refusal import Refusal, blocked
-from ...view.values import number, reaches
+from ...view.values import number, reaches, same_value
 from ...view.syntax import code
 from ...view import Value
 from ....opmap import plan
@@ -38,6 +39,10 @@ SINKS_PLAN = plan("attention.sinks")
 EINSUM_PLAN = plan("attention.einsum")
 MERGED_PLAN = plan("attention.merged_heads")
 HEAD_MASK_PLAN = plan("attention.head_mask")
+CONCAT_PLAN = plan("attention.concatenated_scores")
+MOVED_PROBS_PLAN = plan("attention.probabilities_changed")
+ZEROED_PLAN = plan("attention.zeroed_rows")
+MLA_PLAN = plan("attention.latent")
 
 
 @dataclass
@@ -63,6 +68,7 @@ class Attention:
     repeated: Optional[Tuple[Value, Value]] = None  # (k, v) as repeated for the heads, when GQA was read back
     merged_heads: bool = False  # the scores were reshaped (3-D products with heads merged into the batch)
     unless: List[Value] = field(default_factory=list)  # `X is not None` tests under which the code applies
+    zeroed: Optional[Value] = None  # ``probs.masked_fill(C, 0)`` after the softmax: C, the scores' own mask
     #                   what the kernel has no form for (a head mask, a soft-cap): fused only when X is None
 
 
@@ -137,6 +143,7 @@ class _Reader:
     def __init__(self, out: Value) -> None:
         self.out = out
         self.found = Attention(out, None, None, None)
+        self.why = None  # (the softmax, where to point, why) when P @ V was not read back to its softmax
 
     # -- P @ V --------------------------------------------------------------------------------
     def read(self):
@@ -144,7 +151,14 @@ class _Reader:
         if probs is None or v is None:
             return None
         found = self.found
-        while probs is not None and probs.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.MUL, Op.PHI, Op.GETITEM):
+        while probs is not None and probs.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.MUL, Op.PHI, Op.GETITEM, Op.MASKED_FILL):
+            if probs.op == Op.MASKED_FILL:  # rows with every key masked zeroed: the kernel's output, zeroed there
+                if found.zeroed is not None or number(probs["value"]) != 0 or probs["mask"] is None:
+                    return self._stopped(probs)
+                found.zeroed = probs["mask"]
+                found.probabilities.append(probs)
+                probs = probs.input
+                continue
             if probs.op == Op.GETITEM:  # probs[..., :-1] after a softmax over [scores | sinks]
                 inner = probs.input
                 if inner is not None and inner.op == Op.SOFTMAX and inner.input is not None and inner.input.op == Op.CAT:
@@ -155,7 +169,7 @@ class _Reader:
             if probs.op == Op.PHI:  # if head_mask is not None: probs = probs * head_mask
                 plain = _optional_head_mask(probs)
                 if plain is None:
-                    return None
+                    return self._stopped(probs)
                 found.unless.append(probs["test"])
                 found.probabilities.append(probs)
                 probs = plain
@@ -175,11 +189,52 @@ class _Reader:
             found.probabilities.append(probs)
             probs = probs.input
         if probs is None or probs.op != Op.SOFTMAX or not _softmax_dim_is_last(probs):
-            return None
+            return self._stopped(probs)
         found.softmax = probs  # set before the scores are read: a blocked site consumed it too
         found.probabilities.append(probs)
         found.v = v
-        return self.scores(probs.input)
+        result = self.scores(probs.input)
+        if isinstance(result, Attention) and found.zeroed is not None and not _zeroes_dead_rows(found):
+            label = _label(found.zeroed)
+            mask = f"`{label}`" if label else "a mask"
+            return blocked(found.probabilities[0].node, f"the probabilities are zeroed where {mask} holds after the "
+                                                        "softmax, which is not the mask of the scores alone (the "
+                                                        "kernel does not renormalise)", ZEROED_PLAN)
+        return result
+
+    def _unread(self, why: str):
+        """None, after recording in ``self.why`` why the scores of the softmax were not read (when they
+        are q·kᵀ scores: a softmax over anything else is not attention)."""
+        softmax = self.found.softmax
+        if has_transposed_product(softmax.input, 16):
+            self.why = (softmax, softmax.node, why)
+        return None
+
+    def _stopped(self, probs: Optional[Value]):
+        """None, after recording in ``self.why`` why the walk from V back to the softmax stopped at
+        ``probs`` when a softmax over the last dim lies below it (what a report then says)."""
+        below = probs
+        for _ in range(4):  # a few steps down the first operand (the fallback branch of an ``if``)
+            if below is None or below.op == Op.SOFTMAX:
+                break
+            below = below["else"] if below.op == Op.PHI else below.input
+        if probs is not None and probs.op != Op.SOFTMAX and below is not None and below.op == Op.SOFTMAX \
+                and _softmax_dim_is_last(below) and has_transposed_product(below.input, 16):
+            if probs.op == Op.PHI:
+                test = _label(probs["test"]) if probs["test"] is not None else None
+                where = f"under `if {test}:`" if test else "in a branch"
+                why = f"the probabilities are reassigned {where} between the softmax and the product with V, which " \
+                      "the rule does not follow"
+            elif probs.op in (Op.RESHAPE, Op.TRANSPOSED, Op.PERMUTE, Op.UNSQUEEZE):
+                text = f"`{code(probs.node)}`" if probs.node is not None else "a view"
+                why = f"the probabilities are reshaped ({text}) between the softmax and the product with V, which " \
+                      "the rule does not follow"
+            else:
+                text = f"`{code(probs.node)}`" if probs.node is not None else f"a {probs.op.value}"
+                why = f"the probabilities go through {text} between the softmax and the product with V, which the " \
+                      "kernel does not compute"
+            self.why = (below, probs.node or below.node, why)
+        return None
 
     # -- the scores -----------------------------------------------------------------------------
     def scores(self, value: Value):
@@ -196,7 +251,10 @@ class _Reader:
             elif op == "phi":
                 step = self._optional(value)
                 if step is None:
-                    return None
+                    test = _label(value["test"]) if value["test"] is not None else None
+                    where = f"under `if {test}:`" if test else "in a branch"
+                    return self._unread(f"the scores are computed differently {where}, which the rule does not "
+                                        "follow (one form must reach the softmax)")
                 if isinstance(step, Refusal):
                     return step
                 value = step
@@ -217,6 +275,10 @@ class _Reader:
                 return blocked(value.node, "logit soft-capping (tanh(x / cap) * cap) before the softmax has no "
                                            "fused form", SOFTCAP_PLAN)
             elif op == "cat":
+                parts = value["tensors"].items if value["tensors"] is not None else ()
+                if len(parts) > 1 and all(has_transposed_product(p) for p in parts):
+                    return blocked(value.node, "the scores are concatenated from several q @ kᵀ products, which the "
+                                               "kernel computes as one", CONCAT_PLAN)
                 return blocked(value.node, "attention sinks (an extra logit column concatenated to the scores)",
                                SINKS_PLAN)
             elif op == "matmul":
@@ -229,7 +291,9 @@ class _Reader:
                 return blocked(value.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                            "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
             else:
-                return None
+                text = f"`{code(value.node)}`" if value.node is not None and len(code(value.node)) <= 80 else \
+                    f"a {value.op.value}"
+                return self._unread(f"the scores go through {text} before the softmax, which the rule does not read")
         return None
 
     def _product(self, value: Value):
@@ -256,8 +320,9 @@ class _Reader:
             if not is_scores(scores) or is_scores(term):
                 return None
             label = _label(term)
-            if label is not None and BIAS_NAME.search(label):
-                return blocked(value.node, f"a position bias ({label}) is added to the scores", fallback_pse(f"`{label}`"))
+            if label is not None and BIAS_NAME.search(label) and not _built_as_mask(term):
+                return blocked(value.node, f"`{label}` is added to the scores: a position bias by its name (this code "
+                                           "does not build it from 0 and -inf)", fallback_pse(f"`{label}`"))
             kind, mask = "additive", term
         elif op == "masked_fill":
             scores, mask, fill = value.input, value["mask"], value["value"]
@@ -316,6 +381,16 @@ def _soft_caps(capped: Value, scores: Value) -> bool:
             return inner is not None and inner.op in (Op.DIV, Op.MUL) and inner.input is scores
         capped = capped.input if capped.op in (Op.MUL, Op.CAST) else None
     return False
+
+
+def _built_as_mask(term: Value) -> bool:
+    """``self.<attr>`` (or a slice of it) whose class builds it as a 0 / minus-infinity mask."""
+    while term is not None and term.op in (Op.GETITEM, Op.CAST, Op.SAME):
+        term = term.input
+    if term is None or term.op != Op.ATTR or term.input is None or term.input.op != Op.PARAM \
+            or term.input.name != "self" or term.view is None:
+        return False
+    return is_minus_inf_mask(term.view.scope.cls, term.name, term.view.scope.qualify)
 
 
 def _label(value: Value) -> Optional[str]:
@@ -382,7 +457,14 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
         scores = scores.input
     if scores is None:
         return None
-    if scores.op == Op.EINSUM:
+    cores = _cores(scores)
+    latent = next((c for c in cores if c.op == Op.ADD and _is_product(c.input) and _is_product(c["other"])), None)
+    if latent is not None:
+        parts = " and ".join(_product_text(p) for p in (latent.input, latent["other"]))
+        return blocked(latent.node, f"the scores are the sum of two products, {parts} (two query-key pairs: latent "
+                                    "attention's parts without and with rotary, or two streams such as text and "
+                                    "layout), which the kernel does not compute as one q @ kᵀ", MLA_PLAN)
+    if scores.op == Op.EINSUM or any(c.op == Op.EINSUM for c in cores):
         return blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
                                      "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
     if not is_scores(scores) or not has_transposed_product(scores):
@@ -391,17 +473,117 @@ def unmatched_scores(softmax: Value) -> Optional[Refusal]:
                                  "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
 
 
+
+
+def _zeroes_dead_rows(found: "Attention") -> bool:
+    """``masked_fill(C, 0)`` after ``softmax(S.masked_fill(C, -inf))``, with C the scores' only mask:
+    it changes nothing but the rows with every key masked, which it sets to zero."""
+    if len(found.terms) != 1 or found.terms[0].kind != "masked" or found.terms[0].condition is not None:
+        return False
+    a, b = found.terms[0].value, found.zeroed
+    if a is not None and b is not None and a.op == b.op == Op.INVERT:
+        a, b = a.input, b.input
+    return same_value(a, b)
+
+
+
+
+def _is_product(value: Optional[Value]) -> bool:
+    """A product of two tensors, possibly cast or scaled (``q @ kᵀ / sqrt(d)``)."""
+    return _product_below(value) is not None
+
+
+def _product_below(value: Optional[Value]) -> Optional[Value]:
+    for _ in range(4):
+        if value is None:
+            return None
+        if value.op in (Op.EINSUM, Op.MATMUL):
+            return value
+        if value.op in (Op.MUL, Op.DIV):
+            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_einsum_or_matmul, 4)]
+            value = sides[0] if len(sides) == 1 else None
+        else:
+            value = value.input if value.op in (Op.CAST, Op.SAME) else None
+    return None
+
+
+def _is_einsum_or_matmul(value: Value) -> bool:
+    return value.op in (Op.EINSUM, Op.MATMUL)
+
+
+def _product_text(value: Value) -> str:
+    """``einsum("bshc,btc->bsht")`` for an einsum, ``a @ b`` source for a short product, else "a product"."""
+    value = _product_below(value) or value
+    if value.op == Op.EINSUM and value["equation"] is not None and value["equation"].name:
+        return f'the einsum `"{value["equation"].name}"`'
+    label = _label(value)
+    return f"`{label}`" if label and len(label) <= 80 else "a product"
+
+
+def _cores(scores: Value, depth: int = 8) -> List[Value]:
+    """What the scores are computed from under their masks, scales, casts and branches: the values a
+    walk stops at (every branch of an ``if``; the side of a sum or product that holds a product)."""
+    found, stack = [], [(scores, 0)]
+    while stack:
+        value, level = stack.pop()
+        if value is None or level > depth:
+            continue
+        if value.op in (Op.CAST, Op.SAME, Op.RESHAPE, Op.MASKED_FILL):
+            stack.append((value.input, level + 1))
+        elif value.op == Op.PHI:
+            stack += [(value["then"], level + 1), (value["else"], level + 1)]
+        elif value.op in (Op.ADD, Op.MUL, Op.DIV) and not (value.op == Op.ADD and _is_product(value.input)
+                                                            and _is_product(value["other"])):
+            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_product, 8)]
+            stack += [(s, level + 1) for s in sides[:1]] if len(sides) == 1 else []
+            found += [value] if len(sides) != 1 else []
+        else:
+            found.append(value)
+    return found
+
+
+def feeding_products(view) -> set:
+    """Ids of the values whose output (cast, dropped out, sliced, chosen in a branch, or times another
+    tensor such as a head mask) feeds a product or a call: what attention does with its
+    probabilities. Two softmaxes multiplied elementwise (dual-softmax matching) feed no product.
+    Memoised on the view."""
+    found = getattr(view, "_feeding", None)
+    if found is not None:
+        return found
+
+    def base(operand):
+        while operand is not None and operand.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM, Op.PHI):
+            operand = operand.input if operand.op != Op.PHI else operand["else"]
+        return operand
+
+    found = set()
+    for value in view.values.values():
+        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL):
+            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
+                below = base(operand)
+                found |= {id(below)} if below is not None else set()
+                if below is not None and below.op == Op.MUL:
+                    found |= {id(base(side)) for side in (below.input, below["other"]) if base(side) is not None}
+    view._feeding = found
+    return found
+
+
 def has_transposed_product(value: Value, depth: int = 12) -> bool:
     return reaches(value, lambda v: v.op in (Op.MATMUL, Op.BADDBMM) and (
         v["other"] is None or v["other"].op == Op.TRANSPOSED or v.op == Op.BADDBMM), depth)
 
 
 def match(out: Value):
-    """(an ``Attention``, a ``Refusal`` or None, the softmax it reached) for the value ``out``."""
+    """(an ``Attention``, a ``Refusal`` or None, the softmax it reached) for the value ``out``: a
+    product of probabilities that went through something the kernel does not compute between their
+    softmax and V is a ``Refusal`` saying what."""
     if out.op != Op.MATMUL:
         return None, None
     reader = _Reader(out)
     result = reader.read()
+    if result is None and reader.why is not None:
+        softmax, node, why = reader.why
+        return blocked(node, why, MOVED_PROBS_PLAN), softmax
     if isinstance(result, Attention) and (result.q is None or result.k is None or result.v is None):
         return None, reader.found.softmax
     return result, reader.found.softmax

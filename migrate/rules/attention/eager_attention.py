@@ -8,8 +8,16 @@ Finds attention written out in a function or method: scores from `torch.matmul`/
 transposed k (`k.transpose(-2, -1)`, `transpose(2, 3)`, `.mT`), an optional scale (`* scaling`, `/
 math.sqrt(d)`), optional masks (`+ attention_mask`, also under `if attention_mask is not None:`;
 `masked_fill(cond, -inf or finfo.min)`; `torch.where(keep, w, finfo.min)`), `softmax(dim=-1)` (any
-alias, optionally in float32 and cast back), optional dropout (`F.dropout` or an `nn.Dropout`
-attribute of the class), then the product with v. Grouped-query attention (k and v repeated by
+alias, optionally in float32 and cast back; a softmax module of the class, `self.attend =
+nn.Softmax(dim=-1)` alone or in an `nn.Sequential` with dropout, or one built in place,
+`nn.Softmax(dim=-1)(scores)`; the stabilising `scores - scores.amax(-1, keepdim=True)` before it),
+optional dropout (`F.dropout` or an `nn.Dropout` attribute of the class), then the product with v.
+Probabilities zeroed after the softmax with the scores' own mask (`attn.masked_fill(~mask, 0.0)`,
+which only clears the rows with every key masked) are fused with `zero_dead_rows=True`: those rows
+get zeros from the fused call (where a gradient is needed, a call with such a row runs the original,
+whose gradient there is NaN under a minus-infinity fill). An additive buffer named like a bias but
+built in the class as a 0 / minus-infinity mask (`torch.triu(torch.full(..., float("-inf")), 1)`)
+is a mask. Grouped-query attention (k and v repeated by
 Hugging Face's `repeat_kv` or by `repeat_interleave`) uses the kernel's own GQA: k and v are passed
 with their own head count, and the repetition moves into the fallback when nothing else reads it.
 The run of statements becomes
@@ -83,7 +91,12 @@ or `baddbmm` may follow outside the block, as after GPT-2's `with torch.autocast
 enabled=False):`. Also reported: scores masked with a large finite value instead of minus infinity,
 q, k or v of a rank the kernel does not take, and attention whose statements cannot move into a
 guarded region soundly (`migrate.defuse`: the fused call would read what the moved statements
-define, or later code reads what only one branch defines).
+define, or later code reads what only one branch defines). Where the rule stops between the softmax
+and V, the report says at what: an operation on the probabilities (`attn.clamp(...)`, a reshape), a
+branch that reassigns them, probabilities zeroed with another mask, scores computed differently in
+branches or concatenated from several products, and scores that are the sum of two products
+(DeepSeek's latent attention, MLA, in its absorbed form; LiLT's text and layout streams), with a plan
+each. A softmax over anything but q·kᵀ scores (a sampler, dual-softmax matching) is not attention.
 
 ## Why
 `npu_fusion_attention` computes `softmax(scale * (QKᵀ + pse) masked) V` and never forms the
@@ -363,6 +376,7 @@ class EagerAttention(FunctionRule, Rule):
         q, k, v = texts["q"], texts["k"], texts["v"]
         causal = masks[0] if masks and masks[0][0] == "causal" else None
         mask_args = [f"{kind}={text}" for kind, text in masks] if not causal else []
+        mask_args += ["zero_dead_rows=True"] if att.zeroed is not None else []  # masked_fill(mask, 0) after the softmax
         extra = ([f"causal={causal[2]}"] if causal else []) + (["cast_value=True"] if att.value_cast else [])
         when, requested = guard_terms
         scale = None

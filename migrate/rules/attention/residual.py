@@ -7,7 +7,7 @@ from typing import List
 
 import libcst as cst
 
-from ._match import has_transposed_product, is_scores
+from ._match import feeding_products, has_transposed_product, is_scores
 from ...tree import walk
 from .._residual import Family, peel, values
 from ...view import Value, View
@@ -51,6 +51,10 @@ def _reaches(value: Value, op: Op, depth: int = 16) -> bool:
 
 
 def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
+    """``__init__`` assigns ``self.<attribute>`` a value naming a softmax, or the attribute is named as
+    one (``self.scale_mask_softmax = softmax_module``: a scale-and-mask softmax module given in)."""
+    if "softmax" in attribute.lower():
+        return any(isinstance(n, cst.FunctionDef) and n.name.value == "__init__" for n in getattr(cls.body, "body", ()))
     for init in (s for s in getattr(cls.body, "body", ()) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
         for node in walk(init):
             if isinstance(node, cst.Assign) and any(
@@ -61,13 +65,9 @@ def _assigns_softmax(cls: cst.ClassDef, attribute: str) -> bool:
     return False
 
 
-def _feeds_product(view: View, softmax: Value) -> bool:
-    for value in view.values.values():
-        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL, Op.MUL):
-            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
-                if peel(operand, (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM)) is softmax:
-                    return True
-    return False
+def _feeds_product(view: View, value: Value) -> bool:
+    """The softmax (or the call of a softmax module) feeds a product with V, as the matcher reads it."""
+    return id(value) in feeding_products(view)
 
 
 FAMILY = Family(
@@ -75,4 +75,5 @@ FAMILY = Family(
     "pattern.attention.unrecognised", frozenset({"softmax", "Softmax", "einsum"}), _attention,
     lambda v: "a softmax set in __init__ over q·kᵀ scores" if v.op == Op.CALL else "softmax over q·kᵀ scores",
     also=frozenset({"NPU106", "NPU107"}),  # flash_attn and xformers, reported with their plan (unsupported_api)
+    word_parts=frozenset({"softmax"}),
 )
