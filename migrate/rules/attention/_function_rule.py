@@ -8,7 +8,8 @@ from typing import List
 
 import libcst as cst
 
-from ._match import feeding_products, match, unmatched_scores
+from ._match import match
+from ._unmatched import feeding_products, unmatched_scores
 from ...view.ops import Op
 from ...view.scope import class_attributes
 

@@ -24,7 +24,8 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from ._blockers import BIAS_NAME, baddbmm_scores, fallback_pse
-from ._definitions import is_minus_inf_mask
+from ._pieces import (built_as_mask, is_none_test, label_of, leads_to_softmax, mentions, optional_head_mask,
+                      soft_caps, softmax_below, very_negative)
 from ...refusal import Refusal, blocked
 from ...view.values import number, reaches, same_value
 from ...view.syntax import code
@@ -32,7 +33,6 @@ from ...view import Value
 from ....opmap import plan
 from ...view.ops import Op
 
-NEGATIVE_INFINITY = ("math.inf", "torch.inf", "numpy.inf", "float.inf")
 UNDERFLOW_PLAN = plan("attention.underflow")
 SOFTCAP_PLAN = plan("attention.softcap")
 SINKS_PLAN = plan("attention.sinks")
@@ -42,7 +42,6 @@ HEAD_MASK_PLAN = plan("attention.head_mask")
 CONCAT_PLAN = plan("attention.concatenated_scores")
 MOVED_PROBS_PLAN = plan("attention.probabilities_changed")
 ZEROED_PLAN = plan("attention.zeroed_rows")
-MLA_PLAN = plan("attention.latent")
 
 
 @dataclass
@@ -111,32 +110,6 @@ def is_scores(value: Value, depth: int = 12) -> bool:
     return False
 
 
-def very_negative(value: Value) -> Optional[bool]:
-    """True for minus infinity or the dtype minimum, False for another large negative number
-    (≤ -1e4: a finite fill), None for anything else."""
-    if value is None:
-        return None
-    if value.op == Op.NEG and value.input is not None and value.input.op == Op.NAME:
-        return True if value.input.name in NEGATIVE_INFINITY else None
-    if value.op == Op.NEG and value.input is not None and value.input.op == Op.CALL and value.input.node is not None:
-        text = code(value.input.node).replace(" ", "").lower()
-        return True if text in ('float("inf")', "float('inf')", 'float("infinity")', "float('infinity')") else None
-    if value.op == Op.CONST and value.number is not None:
-        return False if value.number <= -1e4 else None
-    if value.op == Op.CALL and value.name is None and value.node is not None:
-        text = code(value.node).replace(" ", "").lower()
-        if text in ('float("-inf")', "float('-inf')", 'float("-infinity")', "float('-infinity')"):
-            return True
-    if value.op == Op.ATTR and value.name == "min" and value.input is not None and value.input.op == Op.CALL \
-            and value.input.name == "torch.finfo":
-        return True
-    if value.op == Op.NEG and value.input is not None and value.input.op == Op.ATTR and value.input.name == "max":
-        return True if value.input.input is not None and value.input.input.name == "torch.finfo" else None
-    if value.op in (Op.TENSOR, Op.FULL) and (value["data"] or value["fill_value"]) is not None:
-        return very_negative(value["data"] or value["fill_value"])
-    if value.op == Op.CAST:
-        return very_negative(value.input)
-    return None
 
 
 class _Reader:
@@ -167,7 +140,7 @@ class _Reader:
                                                      "scores)", SINKS_PLAN)
                 return None
             if probs.op == Op.PHI:  # if head_mask is not None: probs = probs * head_mask
-                plain = _optional_head_mask(probs)
+                plain = optional_head_mask(probs)
                 if plain is None:
                     return self._stopped(probs)
                 found.unless.append(probs["test"])
@@ -176,15 +149,15 @@ class _Reader:
                 continue
             if probs.op == Op.MUL:
                 left, right = probs.input, probs["other"]
-                if _leads_to_softmax(left) or _leads_to_softmax(right):
-                    found.softmax = _softmax_below(left) or _softmax_below(right)
+                if leads_to_softmax(left) or leads_to_softmax(right):
+                    found.softmax = softmax_below(left) or softmax_below(right)
                     return blocked(probs.node, "the attention probabilities are multiplied by a head mask", HEAD_MASK_PLAN)
                 return None
             if probs.op == Op.DROPOUT:
                 if found.dropout is not None:
                     return None
                 found.dropout = probs
-            elif probs.op == Op.CAST and _mentions(probs["dtype"] or probs["other"], v):
+            elif probs.op == Op.CAST and mentions(probs["dtype"] or probs["other"], v):
                 found.value_cast = True
             found.probabilities.append(probs)
             probs = probs.input
@@ -195,7 +168,7 @@ class _Reader:
         found.v = v
         result = self.scores(probs.input)
         if isinstance(result, Attention) and found.zeroed is not None and not _zeroes_dead_rows(found):
-            label = _label(found.zeroed)
+            label = label_of(found.zeroed)
             mask = f"`{label}`" if label else "a mask"
             return blocked(found.probabilities[0].node, f"the probabilities are zeroed where {mask} holds after the "
                                                         "softmax, which is not the mask of the scores alone (the "
@@ -221,7 +194,7 @@ class _Reader:
         if probs is not None and probs.op != Op.SOFTMAX and below is not None and below.op == Op.SOFTMAX \
                 and _softmax_dim_is_last(below) and has_transposed_product(below.input, 16):
             if probs.op == Op.PHI:
-                test = _label(probs["test"]) if probs["test"] is not None else None
+                test = label_of(probs["test"]) if probs["test"] is not None else None
                 where = f"under `if {test}:`" if test else "in a branch"
                 why = f"the probabilities are reassigned {where} between the softmax and the product with V, which " \
                       "the rule does not follow"
@@ -251,7 +224,7 @@ class _Reader:
             elif op == "phi":
                 step = self._optional(value)
                 if step is None:
-                    test = _label(value["test"]) if value["test"] is not None else None
+                    test = label_of(value["test"]) if value["test"] is not None else None
                     where = f"under `if {test}:`" if test else "in a branch"
                     return self._unread(f"the scores are computed differently {where}, which the rule does not "
                                         "follow (one form must reach the softmax)")
@@ -319,8 +292,8 @@ class _Reader:
             scores, term = (left, right) if is_scores(left) else (right, left)
             if not is_scores(scores) or is_scores(term):
                 return None
-            label = _label(term)
-            if label is not None and BIAS_NAME.search(label) and not _built_as_mask(term):
+            label = label_of(term)
+            if label is not None and BIAS_NAME.search(label) and not built_as_mask(term):
                 return blocked(value.node, f"`{label}` is added to the scores: a position bias by its name (this code "
                                            "does not build it from 0 and -inf)", fallback_pse(f"`{label}`"))
             kind, mask = "additive", term
@@ -348,7 +321,7 @@ class _Reader:
         """``if M is not None: S = <S with M applied>``: the term, under that condition; or
         ``if cap is not None: S = tanh(S / cap) * cap``: fused only when there is no soft-cap."""
         test, then, other = value["test"], value["then"], value["else"]
-        if _is_none_test(test) and then is not None and other is not None and _soft_caps(then, other):
+        if is_none_test(test) and then is not None and other is not None and soft_caps(then, other):
             self.found.unless.append(test)
             return other
         for applied, plain in ((then, other), (other, then)):
@@ -365,68 +338,20 @@ class _Reader:
         return None
 
 
-def _is_none_test(test: Optional[Value]) -> bool:
-    """``X is not None``."""
-    return (test is not None and test.op == Op.COMPARE and test.name == "IsNot" and test["other0"] is not None
-            and test["other0"].name == "None")
 
 
-def _soft_caps(capped: Value, scores: Value) -> bool:
-    """``capped`` is ``tanh(scores / cap) * cap`` (in any order of the product)."""
-    for _ in range(4):
-        if capped is None:
-            return False
-        if capped.op == Op.TANH:
-            inner = capped.input
-            return inner is not None and inner.op in (Op.DIV, Op.MUL) and inner.input is scores
-        capped = capped.input if capped.op in (Op.MUL, Op.CAST) else None
-    return False
 
 
-def _built_as_mask(term: Value) -> bool:
-    """``self.<attr>`` (or a slice of it) whose class builds it as a 0 / minus-infinity mask."""
-    while term is not None and term.op in (Op.GETITEM, Op.CAST, Op.SAME):
-        term = term.input
-    if term is None or term.op != Op.ATTR or term.input is None or term.input.op != Op.PARAM \
-            or term.input.name != "self" or term.view is None:
-        return False
-    return is_minus_inf_mask(term.view.scope.cls, term.name, term.view.scope.qualify)
 
 
-def _label(value: Value) -> Optional[str]:
-    """How the code names a value: its source, or the parameter's name."""
-    if value.node is not None:
-        return code(value.node)
-    return value.name
 
 
-def _optional_head_mask(phi: Value) -> Optional[Value]:
-    """``phi(X is not None, P * X, P)``: P, else None."""
-    test, then, other = phi["test"], phi["then"], phi["else"]
-    if not _is_none_test(test) or then is None or then.op != Op.MUL:
-        return None
-    if then.input is other and then["other"] is test.input or then["other"] is other and then.input is test.input:
-        return other
-    return None
 
 
-def _softmax_below(value: Value) -> Optional[Value]:
-    while value is not None and value.op in (Op.CAST, Op.SAME, Op.DROPOUT):
-        value = value.input
-    return value if value is not None and value.op == Op.SOFTMAX else None
 
 
-def _leads_to_softmax(value: Value) -> bool:
-    return _softmax_below(value) is not None
 
 
-def _mentions(value: Optional[Value], target: Value) -> bool:
-    """``p.to(v.dtype)`` / ``p.type_as(v)``: the cast reads ``target``."""
-    while value is not None:
-        if value is target:
-            return True
-        value = value.input if value.op in (Op.ATTR, Op.CAST, Op.SAME) else None
-    return False
 
 
 def repeated_heads(value: Value) -> Optional[Value]:
@@ -449,32 +374,6 @@ def repeated_heads(value: Value) -> Optional[Value]:
     return None
 
 
-def unmatched_scores(softmax: Value) -> Optional[Refusal]:
-    """Why a softmax over attention scores was not fused when no product with V consumed it (the
-    form is reported, never left silent), or None when its input is not q·kᵀ scores."""
-    scores = softmax.input
-    while scores is not None and scores.op in (Op.CAST, Op.SAME, Op.RESHAPE):
-        scores = scores.input
-    if scores is None:
-        return None
-    cores = _cores(scores)
-    latent = next((c for c in cores if c.op == Op.ADD and _is_product(c.input) and _is_product(c["other"])), None)
-    if latent is not None:
-        parts = " and ".join(_product_text(p) for p in (latent.input, latent["other"]))
-        return blocked(latent.node, f"the scores are the sum of two products, {parts} (two query-key pairs: latent "
-                                    "attention's parts without and with rotary, or two streams such as text and "
-                                    "layout), which the kernel does not compute as one q @ kᵀ", MLA_PLAN)
-    if scores.op == Op.EINSUM or any(c.op == Op.EINSUM for c in cores):
-        return blocked(scores.node, "attention scores from einsum in a form not proven to be q @ kᵀ "
-                                     "(the contraction is not over the last dims of [B, N, S, D] operands)", EINSUM_PLAN)
-    if not is_scores(scores) or not has_transposed_product(scores):
-        return None
-    return blocked(softmax.node, "attention whose probabilities are not multiplied by V in a form the rule "
-                                 "reads (P @ V, matmul, bmm or einsum over the last dims)", EINSUM_PLAN)
-
-
-
-
 def _zeroes_dead_rows(found: "Attention") -> bool:
     """``masked_fill(C, 0)`` after ``softmax(S.masked_fill(C, -inf))``, with C the scores' only mask:
     it changes nothing but the rows with every key masked, which it sets to zero."""
@@ -486,86 +385,6 @@ def _zeroes_dead_rows(found: "Attention") -> bool:
     return same_value(a, b)
 
 
-
-
-def _is_product(value: Optional[Value]) -> bool:
-    """A product of two tensors, possibly cast or scaled (``q @ kᵀ / sqrt(d)``)."""
-    return _product_below(value) is not None
-
-
-def _product_below(value: Optional[Value]) -> Optional[Value]:
-    for _ in range(4):
-        if value is None:
-            return None
-        if value.op in (Op.EINSUM, Op.MATMUL):
-            return value
-        if value.op in (Op.MUL, Op.DIV):
-            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_einsum_or_matmul, 4)]
-            value = sides[0] if len(sides) == 1 else None
-        else:
-            value = value.input if value.op in (Op.CAST, Op.SAME) else None
-    return None
-
-
-def _is_einsum_or_matmul(value: Value) -> bool:
-    return value.op in (Op.EINSUM, Op.MATMUL)
-
-
-def _product_text(value: Value) -> str:
-    """``einsum("bshc,btc->bsht")`` for an einsum, ``a @ b`` source for a short product, else "a product"."""
-    value = _product_below(value) or value
-    if value.op == Op.EINSUM and value["equation"] is not None and value["equation"].name:
-        return f'the einsum `"{value["equation"].name}"`'
-    label = _label(value)
-    return f"`{label}`" if label and len(label) <= 80 else "a product"
-
-
-def _cores(scores: Value, depth: int = 8) -> List[Value]:
-    """What the scores are computed from under their masks, scales, casts and branches: the values a
-    walk stops at (every branch of an ``if``; the side of a sum or product that holds a product)."""
-    found, stack = [], [(scores, 0)]
-    while stack:
-        value, level = stack.pop()
-        if value is None or level > depth:
-            continue
-        if value.op in (Op.CAST, Op.SAME, Op.RESHAPE, Op.MASKED_FILL):
-            stack.append((value.input, level + 1))
-        elif value.op == Op.PHI:
-            stack += [(value["then"], level + 1), (value["else"], level + 1)]
-        elif value.op in (Op.ADD, Op.MUL, Op.DIV) and not (value.op == Op.ADD and _is_product(value.input)
-                                                            and _is_product(value["other"])):
-            sides = [s for s in (value.input, value["other"]) if s is not None and reaches(s, _is_product, 8)]
-            stack += [(s, level + 1) for s in sides[:1]] if len(sides) == 1 else []
-            found += [value] if len(sides) != 1 else []
-        else:
-            found.append(value)
-    return found
-
-
-def feeding_products(view) -> set:
-    """Ids of the values whose output (cast, dropped out, sliced, chosen in a branch, or times another
-    tensor such as a head mask) feeds a product or a call: what attention does with its
-    probabilities. Two softmaxes multiplied elementwise (dual-softmax matching) feed no product.
-    Memoised on the view."""
-    found = getattr(view, "_feeding", None)
-    if found is not None:
-        return found
-
-    def base(operand):
-        while operand is not None and operand.op in (Op.CAST, Op.SAME, Op.DROPOUT, Op.GETITEM, Op.PHI):
-            operand = operand.input if operand.op != Op.PHI else operand["else"]
-        return operand
-
-    found = set()
-    for value in view.values.values():
-        if value.op in (Op.MATMUL, Op.EINSUM, Op.CALL):
-            for operand in [*value.kw.values(), *(i for v in value.kw.values() for i in v.items)]:
-                below = base(operand)
-                found |= {id(below)} if below is not None else set()
-                if below is not None and below.op == Op.MUL:
-                    found |= {id(base(side)) for side in (below.input, below["other"]) if base(side) is not None}
-    view._feeding = found
-    return found
 
 
 def has_transposed_product(value: Value, depth: int = 12) -> bool:

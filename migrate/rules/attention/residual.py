@@ -7,7 +7,8 @@ from typing import List
 
 import libcst as cst
 
-from ._match import feeding_products, has_transposed_product, is_scores
+from ._match import has_transposed_product, is_scores
+from ._unmatched import feeding_products
 from ...tree import walk
 from .._residual import Family, peel, values
 from ...view import Value, View
