@@ -23,13 +23,13 @@ on a tree an older one migrated); a re-run of the same version on its own output
 from __future__ import annotations
 
 import ast
+import re
 import os
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Optional, Set
+from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
-from packaging.version import InvalidVersion, Version
 
 from .. import __version__, diagnostics
 from ..diffs import Change
@@ -101,10 +101,15 @@ def plan(root: Path, path: str, names: Optional[Set[str]]) -> Copy:
 
 
 def _newer(header: Header) -> bool:
-    try:
-        return Version(header.version) > Version(__version__)
-    except InvalidVersion:
-        return False
+    """The copy was written by a later npu-migrate release than this one (``X.Y.Z`` numbers; anything
+    else is not known to be newer). Plain numbers, so that a warm run imports no version library."""
+    theirs, ours = _release(header.version), _release(__version__)
+    return theirs is not None and ours is not None and theirs > ours
+
+
+def _release(version: str) -> Optional[Tuple[int, ...]]:
+    match = re.match(r"(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
 
 
 def _kept(path: str, text: str, header: Header, names: Set[str]) -> Copy:
