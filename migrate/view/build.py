@@ -22,7 +22,7 @@ import libcst as cst
 
 from .normal import normalise
 from .values import Value
-from .scope import Scope, _params
+from .scope import Scope, _params, literal_default
 from .spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from ..tree import children
 from .ops import Op
@@ -31,6 +31,34 @@ from .syntax import assigned_names, body_of, decorated, dotted, ends_in_return, 
 INLINE_DEPTH = 3
 SEQUENTIAL = "torch.nn.Sequential"  # a module that calls its members in order
 INLINE_STATEMENTS = 30
+
+
+def _binds_names_only(suite) -> bool:
+    """The branch only binds local names and returns (an ``elif`` chain likewise): choosing it is choosing a
+    value. A branch that writes state (``self.cache[k] = ...``, a bare call) is not read as such."""
+    if isinstance(suite, cst.If):
+        return _binds_names_only(suite.body) and (suite.orelse is None or _binds_names_only(suite.orelse))
+    for stmt in body_of(suite.body if isinstance(suite, cst.Else) else suite):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                targets = [t.target for t in small.targets]
+            elif isinstance(small, cst.AnnAssign):
+                targets = [small.target]
+            elif isinstance(small, (cst.Return, cst.Pass)):
+                continue
+            else:
+                return False
+            if not all(_local_target(t) for t in targets):
+                return False
+    return True
+
+
+def _local_target(target: cst.BaseExpression) -> bool:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(not isinstance(e, cst.StarredElement) and _local_target(e.value) for e in target.elements)
+    return isinstance(target, cst.Name)
 
 
 class View:
@@ -44,9 +72,12 @@ class View:
         self.env: Dict[str, Value] = {}
         self.opaque_exit = False  # a return inside a branch or loop: the function is not straight-line
         self.early: List[Tuple[Value, Value]] = []  # (test, value) of `if test: return value` at the top level
+        self.unread: Dict[int, str] = {}  # id(call of a helper of this module or class) -> why it is not inlined
         for param in _params(func):
             name = param.name.value
             given = (arguments or {}).get(name)
+            if given is None and arguments is not None and literal_default(param):
+                given = self.value(param.default)  # an inlined helper's `interleaved=False` not passed
             self.env[name] = given if given is not None else Value(Op.PARAM, name=name, view=self)
         for star in (func.params.star_arg, func.params.star_kwarg):
             if isinstance(star, cst.Param):
@@ -63,7 +94,8 @@ class View:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.small(small, top)
-        elif isinstance(stmt, cst.If) and top and stmt.orelse is None and ends_in_return(stmt.body):
+        elif isinstance(stmt, cst.If) and top and ends_in_return(stmt.body) and (
+                stmt.orelse is None or _binds_names_only(stmt.body) and _binds_names_only(stmt.orelse)):
             test = self.value(stmt.test)
             before = dict(self.env)
             body = body_of(stmt.body)
@@ -74,6 +106,10 @@ class View:
             else:
                 self.opaque_exit = True
             self.env = before  # the branch left the function: after the if, the other path goes on
+            if isinstance(stmt.orelse, cst.If):  # `elif`: after an early return, a plain `if`
+                self.statement(stmt.orelse, top)
+            elif isinstance(stmt.orelse, cst.Else):  # `else:` after an early return: straight-line code
+                self.block(body_of(stmt.orelse.body), top)
         elif isinstance(stmt, cst.If):
             self.value(stmt.test)
             before = dict(self.env)
@@ -207,7 +243,7 @@ class View:
         if isinstance(node, cst.UnaryOperation):
             inner = self.value(node.expression)
             if isinstance(node.operator, cst.Minus):
-                if inner.op == Op.CONST:
+                if inner.op == Op.CONST and inner.number is not None:
                     return Value(Op.CONST, node=node, view=self, number=-inner.number)
                 return self._make(Op.NEG, {"input": inner}, node)
             op = UNARY.get(type(node.operator))
@@ -357,8 +393,6 @@ class View:
         return None
 
     def _inline(self, node: cst.Call, callee: Value, args: List[Value]) -> Optional[Value]:
-        if self.depth >= INLINE_DEPTH or any(a.keyword is not None or a.star for a in node.args):
-            return None
         func, bound_self = None, []
         if callee.op == Op.FUNCTION:
             func = callee.node
@@ -368,14 +402,40 @@ class View:
                 and callee.input.name == "self" and callee.name in self.scope.methods:
             func = self.scope.methods[callee.name]
             bound_self = [] if decorated(func, "staticmethod") else [callee.input]
-        if func is None or func is self.func or len(body_of(func.body)) > INLINE_STATEMENTS:
+        if func is None or func is self.func:
             return None
+        bound, why = self._bound_arguments(node, func, [*bound_self, *args])
+        if why is None and self.depth >= INLINE_DEPTH:
+            why = f"it is called {INLINE_DEPTH} helpers deep"
+        if why is None and len(body_of(func.body)) > INLINE_STATEMENTS:
+            why = f"its body has more than {INLINE_STATEMENTS} statements"
+        inner = View(func, self.scope, bound, self.depth + 1, caller=node) if why is None else None
+        result = inner.result() if inner is not None else None
+        if inner is not None and result is None:
+            why = "it does not return one value on a straight path (a return inside a loop, try or nested if)"
+        if why is not None:
+            self.unread[id(node)] = why
+        return result
+
+    def _bound_arguments(self, node: cst.Call, func: cst.FunctionDef,
+                         given: List[Value]) -> Tuple[Dict[str, Value], Optional[str]]:
+        """The call's arguments by the helper's parameter names (positional, then keywords naming a
+        parameter), or why they cannot be bound so (``*args``, ``**kwargs``, too many, an unknown keyword)."""
+        if any(a.star for a in node.args):
+            return {}, "it is called with unpacked arguments"
         params = [p.name.value for p in _params(func)]
-        given = [*bound_self, *args]
-        if len(given) > len(params):
-            return None
-        inner = View(func, self.scope, dict(zip(params, given)), self.depth + 1, caller=node)
-        return inner.result()
+        positional = len(given) - sum(a.keyword is not None for a in node.args)
+        if positional > len(params):
+            return {}, "it is called with more arguments than it has parameters"
+        bound = dict(zip(params, given[:positional]))
+        for arg, value in zip(node.args[len(node.args) - (len(given) - positional):], given[positional:]):
+            name = arg.keyword.value
+            if name not in params:
+                return {}, f"it is called with a keyword `{name}` that names none of its parameters"
+            if name in bound:
+                return {}, f"it is called with `{name}` given twice"
+            bound[name] = value
+        return bound, None
 
     def result(self) -> Optional[Value]:
         """The one value the function returns (early ``if test: return x`` exits folded into a

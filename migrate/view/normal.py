@@ -145,12 +145,38 @@ def _shifted_softmax(value):
     return derived(value, Op.SOFTMAX, {**value.kw, "input": x})
 
 
+def _last_dim_by_rank(value):
+    """``torch.cat((-x2, x1), dim=x1.ndim - 1)``, ``x.chunk(2, dim=x.dim() - 1)`` → ``dim=-1``: the last
+    dim counted from the front of a tensor of the operand's rank (one of the concatenated tensors, the
+    tensor a concatenated piece of the last dim is cut from, or the input itself)."""
+    if value.op not in (Op.CAT, Op.CHUNK, Op.SPLIT, Op.UNBIND):
+        return value
+    key = "dim" if value["dim"] is not None else "axis"
+    dim = value[key]
+    if dim is None or dim.op != Op.SUB or number(dim["other"]) != 1 or dim.input is None:
+        return value
+    ranked = dim.input
+    if not (ranked.op == Op.NDIM or ranked.op == Op.ATTR and ranked.name == "ndim"):
+        return value
+    if value.op == Op.CAT:
+        tensors = value["tensors"]
+        operands = [t.input if t.op == Op.NEG else t for t in (tensors.items if tensors is not None else ())]
+    else:
+        operands = [value.input or value["tensor"]]
+    sources = [o for operand in operands if operand is not None  # a piece of x's last dim has x's rank
+               for o in ((operand, operand.input) if operand.op == Op.CHANNELS else (operand,))]
+    if not any(shapes.equal(ranked.input, source) for source in sources):
+        return value
+    return derived(value, value.op, {**value.kw, key: Value(Op.CONST, number=-1, view=value.view)})
+
+
 #: The normalisations, in the order they are tried on each new value (the first that changes it
 #: wins): this list is the only place that orders them. Adding a spelling is adding a function above
 #: (or in ``view.shapes``) and naming it here.
 NORMALISATIONS: Tuple[Callable, ...] = (
     _look_through, _square, _roots, _silu, _transposed, _batched, _einsum, _axis, _shifted_softmax,
     shapes.channels, shapes.reshaped_as, shapes.rearranged, shapes.reshaped_pairs, shapes.item,
+    _last_dim_by_rank, shapes.reshaped_halves,
 )
 
 

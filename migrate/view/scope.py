@@ -16,6 +16,16 @@ def _params(func: cst.FunctionDef) -> List[cst.Param]:
     return [*p.posonly_params, *p.params, *p.kwonly_params]
 
 
+def literal_default(param: cst.Param) -> bool:
+    """The parameter's default is a constant written in place (``False``, ``None``, ``2``, ``-1.0``,
+    ``"half"``): what an omitted argument is, whatever the module binds later."""
+    default = param.default
+    if isinstance(default, cst.UnaryOperation) and isinstance(default.operator, cst.Minus):
+        default = default.expression
+    return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString)) or \
+        isinstance(default, cst.Name) and default.value in ("True", "False", "None")
+
+
 def class_attributes(cls: Optional[cst.ClassDef]) -> Dict[str, cst.BaseExpression]:
     """``self.<attr> = value`` statements at the top level of the class's ``__init__``."""
     found: Dict[str, cst.BaseExpression] = {}

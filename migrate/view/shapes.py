@@ -10,6 +10,7 @@ import re
 
 from .values import Value, derived, number, same_value
 from .ops import Op
+from .rank import rank
 
 
 # -- channels of the last dim (rotary embedding) -------------------------------------------------
@@ -91,9 +92,81 @@ def last_dim_size(value):
 
 
 def is_half_of(value, x) -> bool:
-    """``value`` is ``x.shape[-1] // 2`` (or ``x.size(-1) // 2``)."""
-    return value is not None and value.op == Op.FLOORDIV and number(value["other"]) == 2 and \
-        same_shape(last_dim_size(value.input), x)
+    """``value`` is ``x.shape[-1] // 2`` (or ``x.size(-1) // 2``), or half of the size the code gave x's
+    last dim (``h // 2`` of ``x = t.view(b, s, n, h)``, 32 of ``t.view(b, s, n, 64)``)."""
+    if value is None:
+        return False
+    if value.op == Op.FLOORDIV and number(value["other"]) == 2:
+        return same_shape(last_dim_size(value.input), x) or equal(value.input, written_last_size(x))
+    size = number(written_last_size(x))
+    return number(value) is not None and size is not None and 2 * number(value) == size
+
+
+def _shape_items(value):
+    """The sizes of a ``view``/``reshape`` written out (``view(a, b, c)``, ``view((a, b, c))``), or ()."""
+    shape = value["*rest"] or value["shape"]
+    items = shape.items if shape is not None and shape.op == Op.TUPLE else ()
+    return items[0].items if len(items) == 1 and items[0].op == Op.TUPLE else items
+
+
+def written_last_size(x, depth: int = 0):
+    """The size the code wrote for x's last dim: the last size of the ``view``/``reshape`` that made x
+    (not -1, not unpacked), looked through casts, negation and transposes of other dims; or None."""
+    while x is not None and depth < 8:
+        depth += 1
+        if x.op in (Op.CAST, Op.SAME, Op.NEG):
+            x = x.input
+        elif x.op == Op.TRANSPOSE and _keeps_last(x):
+            x = x.input
+        elif x.op == Op.RESHAPE:
+            items = _shape_items(x)
+            last = items[-1] if items else None
+            return None if last is None or last.op == Op.UNPACK or number(last) == -1 else last
+        else:
+            return None
+    return None
+
+
+def _keeps_last(value) -> bool:
+    """A ``transpose(a, b)`` of two dims that are not the last of its input (whose rank the code fixes)."""
+    dims = [number(value["dim0"]), number(value["dim1"])]
+    if None in dims:
+        return False
+    if all(d < -1 for d in dims):
+        return True
+    inner = rank(value.input)
+    return inner is not None and all(0 <= d < inner - 1 for d in dims)
+
+
+def dim_size_of(value, x, index: int) -> bool:
+    """``value`` is the size of x's dim ``index``: ``x.shape[i]``, ``x.size(i)``, or item i of
+    ``x.shape`` / ``x.size()`` unpacked (``b, n, s, d = x.size()``)."""
+    if value is None:
+        return False
+    if value.op == Op.SIZE:
+        return number(value["dim"]) == index and same_shape(value.input, x)
+    if value.op == Op.ITEM:
+        source = value.input
+        return value.number == index and source is not None and (
+            source.op == Op.SIZE and source["dim"] is None or source.op == Op.ATTR and source.name == "shape") \
+            and same_shape(source.input, x)
+    if value.op == Op.GETITEM and value.input is not None and value.input.op == Op.ATTR \
+            and value.input.name == "shape":
+        parts = subscript(value)
+        return len(parts) == 1 and parts[0][0] == "index" and number(parts[0][1]) == index \
+            and same_shape(value.input.input, x)
+    return False
+
+
+def halves_of(value):
+    """(x, rank) when ``value`` is x's last dim split in two halves, [..., 2, D/2]
+    (``unflatten(x, -1, (2, -1))``; rank: the number of dims the code reads x as, or None), else None."""
+    if value is None or value.op != Op.UNFLATTEN or number(value["dim"]) != -1 or value["sizes"] is None:
+        return None
+    sizes = value["sizes"].items
+    if len(sizes) == 2 and number(sizes[0]) == 2 and (number(sizes[1]) == -1 or is_half_of(sizes[1], value.input)):
+        return value.input, value.number
+    return None
 
 
 def pairs_of(value):
@@ -145,7 +218,12 @@ def _joined(value, pairs):
 
 
 def _split_channels(value, source, index):
-    """Item ``index`` of ``x.chunk(2, -1)``, ``x.split(x.shape[-1] // 2, -1)`` or ``pairs.unbind(-1)``."""
+    """Item ``index`` of ``x.chunk(2, -1)``, ``x.split(x.shape[-1] // 2, -1)``, ``pairs.unbind(-1)`` or
+    ``halves.unbind(-2)``."""
+    if source is not None and index in (0, 1) and source.op == Op.UNBIND and number(source["dim"]) == -2 \
+            and halves_of(source.input) is not None:
+        x, rank = halves_of(source.input)
+        return _channels_value(value, x, ("first_half", "second_half")[index], rank)
     if source is None or index not in (0, 1) or number(source["dim"]) != -1:
         return value
     x = source.input or source["tensor"]
@@ -239,9 +317,37 @@ def rearranged(value):
             and number(value[left[-1][1]]) == 2:
         sizes = Value(Op.TUPLE, view=value.view, items=(const(-1), const(2)))
         return derived(value, Op.UNFLATTEN, {"input": value.input, "dim": const(-1), "sizes": sizes})
+    if isinstance(left[-1], tuple) and left[:-1] == right[:-2] and tuple(right[-2:]) == left[-1] \
+            and number(value[left[-1][0]]) == 2:  # "... (j d) -> ... j d", j=2: the two halves
+        sizes = Value(Op.TUPLE, view=value.view, items=(const(2), const(-1)))
+        return derived(value, Op.UNFLATTEN, {"input": value.input, "dim": const(-1), "sizes": sizes})
     if isinstance(right[-1], tuple) and right[:-1] == left[:-2] and tuple(left[-2:]) == right[-1]:
         return derived(value, Op.FLATTEN, {"input": value.input, "start_dim": const(-2)})
     return value
+
+
+def reshaped_halves(value):
+    """``x.view(*x.shape[:-1], 2, -1)``, ``x.view(b, n, s, 2, d // 2)`` with b, n, s, d x's own sizes →
+    unflatten(x, -1, (2, -1)): x's halves, [..., 2, D/2] (the sizes written out fix x as 4-D: ``number``)."""
+    if value.op != Op.RESHAPE:
+        return value
+    items, x = _shape_items(value), value.input
+    if len(items) < 3 or number(items[-2]) != 2:
+        return value
+    lead, half = items[:-2], items[-1]
+    if len(lead) == 1 and same_shape(_shape_prefix(lead[0], 1), x):
+        rank = None
+    elif len(lead) == 3 and all(dim_size_of(item, x, i) for i, item in enumerate(lead)):
+        rank = 4
+    else:
+        return value
+    if not (number(half) == -1 or is_half_of(half, x) or
+            rank == 4 and half.op == Op.FLOORDIV and number(half["other"]) == 2 and dim_size_of(half.input, x, 3)):
+        return value
+    const = lambda n: Value(Op.CONST, number=n, view=value.view)  # noqa: E731
+    sizes = Value(Op.TUPLE, view=value.view, items=(const(2), const(-1)))
+    return Value(Op.UNFLATTEN, {"input": x, "dim": const(-1), "sizes": sizes}, node=value.node, view=value.view,
+                 number=rank)
 
 
 def reshaped_pairs(value):

@@ -1,5 +1,5 @@
-"""The rotary family's residual detector: ``x·cos ± rotate(x)·sin``, complex rotations and pairs rotated
-by hand."""
+"""The rotary family's residual detector: ``x·cos ± rotate(x)·sin``, complex rotations, pairs rotated
+by hand and 2x2 tables applied to channel pairs."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ from typing import List, Optional
 
 from .._residual import Family, peel, values
 from ._match import may_rotate
+from ._matrix import applied
 from ...view import Value, View
 from ...view.ops import Op
 
 
-def _is_rotation(value: Optional[Value]) -> bool:
-    """``cat((-x2, x1))``, ``stack((-x_odd, x_even))``, a call of a rotate helper that was not inlined."""
+def _is_rotation(value: Optional[Value], depth: int = 0) -> bool:
+    """``cat((-x2, x1))``, ``stack((-x_odd, x_even))``, a call of a rotate helper that was not inlined, a
+    branch (``phi``) choosing one."""
     value = peel(value, (Op.CAST, Op.SAME, Op.RESHAPE, Op.FLATTEN))
     if value is None:
         return False
+    if value.op == Op.PHI and depth < 4:
+        return any(_is_rotation(value[k], depth + 1) for k in ("then", "else"))
     if value.op in (Op.CAT, Op.STACK):
         items = value["tensors"].items if value["tensors"] is not None else ()
         return any(item.op == Op.NEG for item in items)
@@ -50,6 +54,9 @@ def _rotary(view: View) -> List[Value]:
     for value in values(view, Op.MUL):
         if any(peel(side) is not None and peel(side).op == Op.VIEW_AS_COMPLEX for side in (value.input, value["other"])):
             found.append(value)
+    for value in values(view, Op.ADD, Op.SQUEEZE, Op.EINSUM):  # a 2x2 table applied to channel pairs
+        if value not in found and applied(value) is not None:
+            found.append(value)
     for value in values(view, Op.STACK):  # pairs rotated by hand: stack([x0*c - x1*s, x1*c + x0*s])
         items = value["tensors"].items if value["tensors"] is not None else ()
         if len(items) == 2 and {i.op for i in items} == {"add", "sub"} and all(
@@ -61,6 +68,7 @@ def _rotary(view: View) -> List[Value]:
 FAMILY = Family(
     "rotary", __package__, "pattern.rotary.unrecognised",
     frozenset({"cat", "stack", "view_as_complex", "rotate_half", "cos", "sin"}), _rotary,
-    lambda v: "complex rotation" if v.op == Op.MUL else "x·cos ± rotate(x)·sin",
+    lambda v: "complex rotation" if v.op == Op.MUL else "2x2 table applied to channel pairs" if applied(v) is not None
+    else "x·cos ± rotate(x)·sin",
     computes=lambda words, function: may_rotate(words, function, function.names),  # a helper by any name
 )

@@ -31,7 +31,17 @@ fused kernel through the vendored helper `npu_glue.py`. Three computations are r
   out as even then odd channels) → `split=True` (one copy puts the even channels before the odd
   ones, then the `half` kernel);
 - **complex numbers**: `view_as_real(view_as_complex(pairs) * freqs_cis)` (Meta Llama,
-  mistral-inference) → `npu_glue.complex_rotary_mul(x_complex, freqs_cis)`.
+  mistral-inference) → `npu_glue.complex_rotary_mul(x_complex, freqs_cis)`;
+- **2x2 rotation-matrix tables** built in the function (Flux's layout, applied by columns, by `@`
+  or by `einsum`): proven a rotation by their structure (equal diagonal, off-diagonals that negate
+  each other), which the kernel computes exactly whatever the tables hold.
+
+The rotation by -θ (`x * cos - rotate_half(x) * sin`, `(x1*c + x2*s, x2*c - x1*s)`) is the kernel
+with `-sin`; a rotation helper that branches on a flag between the half and the interleaved rotation
+(flash-attn's `rotate_half(x, interleaved)`) gets the mode the flag chooses at run time, `"interleave"
+if interleaved else "half"`, in the guard and in the call. Halves split at `dim=x1.ndim - 1`, by
+`view(B, nh, T, 2, hs // 2).unbind(-2)` with x's own sizes, or by einops `'(j d) -> j d'` are x's
+halves.
 
 For pair and complex tables the helper derives the per-channel tables the kernel takes
 (`repeat_interleave(2, -1)` of cos/sin, or `cat((c, c), -1)` for halves) from the tables' current
@@ -99,11 +109,13 @@ Reports rotary position embedding code that NPU310 does not rewrite, each with a
 - a complex product with a view of x as complex numbers that is not exactly
   `view_as_real(view_as_complex(x) * freqs_cis)` (a further factor, for instance);
 - `x * cos + f(x) * sin` where `f` is a function imported from another module whose name says it
-  rotates (`from .utils import rotate_half`, flash-attn's `rotate_half`): its body, and so the
-  rotation mode, is not in the file;
+  rotates (`from .utils import rotate_half`, flash-attn's `rotate_half`; named as the file imports
+  it: the rule reads one file at a time), or defined in the file but not read by the view (the
+  report says why: a keyword it does not take, a body over 30 statements, ...);
 - `x * cos + r * sin` where `r` concatenates or stacks a negated piece of x that is not proven to be
-  its half or interleaved rotation (halves split at `self.head_size // 2` rather than at
-  `x.shape[-1] // 2`, a concatenation on a computed dim).
+  its half or interleaved rotation; the report names the step that failed (the split point, the
+  dim, the pieces);
+- 2x2 tables not proven to be rotation matrices (passed in, or with entries that do not match).
 
 ## Why
 The guarded rewrite of NPU310 evaluates `x`, `cos` and `sin` twice (in the guard and in the call);
@@ -122,7 +134,7 @@ with another name is not reported.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -132,7 +144,9 @@ from ...edits import ImportSpec
 from ...view.emit import Written, emit, operand_text, sited
 from ...refusal import unavailable
 from ...view.regions import statement_of
-from ._match import COMPLEX, FULL, Rope, may_rotate, ropes, unmatched
+from ._match import may_rotate, ropes
+from ._rope import COMPLEX, FULL, Rope
+from ._unread import Unread, unmatched, why_not_rotation_matrix, why_unproven
 from ...view.syntax import code
 from ..base import Rule
 from ....opmap import Fallback
@@ -140,9 +154,9 @@ from ...view.ops import Op
 
 FUSED, REPORTED = "NPU310", "NPU311"
 TARGET = "torch_npu.npu_rotary_mul"
-RECORDS = {"half": "pattern.rotary.half", "interleave": "pattern.rotary.interleave", "pairs": "pattern.rotary.pairs",
-           "complex": "pattern.rotary.complex", "operands": "pattern.rotary.operands",
-           "helper": "pattern.rotary.helper", "rotation": "pattern.rotary.rotation"}
+RECORDS = {kind: f"pattern.rotary.{kind}" for kind in (
+    "half", "interleave", "pairs", "complex", "switched",  # fused
+    "operands", "helper", "local", "rotation", "matrix")}  # reported
 NOTE = "npu-migrate NPU310: fused rotary embedding where npu_glue proves it exact, else the original"
 ROTARY_NAMES = ("cat", "concat", "concatenate", "stack", "view_as_real", "view_as_complex")
 ROTARY_APIS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.view_as_real",
@@ -153,6 +167,14 @@ def names_rotation(names: Set[str], may_denote: Callable[[List[str]], Set[str]])
     """The vocabulary of the cheap test: a concatenation, stack or complex view (by a local name
     that ``may_denote`` one), or a name with "rot" in it."""
     return bool(names & (set(ROTARY_NAMES) | may_denote(list(ROTARY_APIS)))) or any("rot" in n.lower() for n in names)
+
+def _column_index(node: cst.Subscript) -> bool:
+    """``t[..., 0]`` or ``t[..., 1]``."""
+    elements = node.slice
+    return len(elements) == 2 and isinstance(elements[0].slice, cst.Index) and \
+        isinstance(elements[0].slice.value, cst.Ellipsis) and isinstance(elements[1].slice, cst.Index) and \
+        isinstance(elements[1].slice.value, cst.Integer) and elements[1].slice.value.value in ("0", "1")
+
 
 class Rotary(Rule):
     declarations = (
@@ -187,9 +209,9 @@ class Rotary(Rule):
         for rope in ropes(view):
             if not self.ctx.migrated(rope.out.node):  # migrated before: its guard's fallback keeps the original
                 self._site(rope, view)
-        for value, kind in unmatched(view):
-            if not self.ctx.migrated(value.node):
-                self._unmatched(value, kind)
+        for found in unmatched(view):
+            if not self.ctx.migrated(found.value.node):
+                self._unmatched(found)
 
     def _may_rotate(self, func: cst.FunctionDef, seen: set) -> bool:
         """Cheap and necessary for a match: the function, or a function of this module or class it
@@ -199,10 +221,18 @@ class Rotary(Rule):
         if found is None:
             seen.add(id(func))
             names = self.ctx.tree.names(func)
-            found = names_rotation(names, self.ctx.names.may_denote) or any(
+            found = names_rotation(names, self.ctx.names.may_denote) or self._may_apply_matrix(func, names) or any(
                 self._may_rotate(callee, seen) for callee in self._callees(func, names) if id(callee) not in seen)
             self._mentions[id(func)] = found
         return found
+
+    def _may_apply_matrix(self, func: cst.FunctionDef, names: Set[str]) -> bool:
+        """Cheap and necessary for ``_matrix.applied`` in ``func`` itself: ``einsum``, ``squeeze`` of a
+        product with an ``unsqueeze``d vector, or columns taken as ``t[..., 0]`` and ``t[..., 1]``."""
+        if "einsum" in names or {"squeeze", "unsqueeze"} <= names:
+            return True
+        return bool(names & {"reshape", "view", "unsqueeze"}) and any(
+            _column_index(node) for node in self.ctx.tree.of_type(func, cst.Subscript))
 
     def _callees(self, func: cst.FunctionDef, names) -> List[cst.FunctionDef]:
         """The functions of this module (at any level) that ``func`` may call by one of its names."""
@@ -222,6 +252,11 @@ class Rotary(Rule):
 
     def _write(self, rope: Rope, piece):
         """The rotation written with x, cos (and sin) where the guard runs, or why not."""
+        flag = operand_text(piece, rope.switch.flag) if rope.switch is not None else None
+        if rope.switch is not None and flag is None:
+            return unavailable("the flag that chooses the rotation's mode is not a plain name where the guard would "
+                               "run (the guard and the call read it)")
+        mode = f'("{rope.switch.when_true}" if {flag} else "{rope.switch.when_false}")' if flag else f'"{rope.mode}"'
         choices = [(rope.x, False)]
         if rope.pairs is not None:
             choices.insert(0, (rope.pairs, True))  # the code's own pairs tensor, when it has a name
@@ -229,11 +264,12 @@ class Rotary(Rule):
         for x, paired in choices:
             text = operand_text(piece, x)
             if text is not None and None not in tables:
-                return self._calls(rope, [text, *tables], paired)
+                return self._calls(rope, [text, *tables], paired, mode, flag)
         cast = self._cast(rope, piece)
         if cast is not None and None not in tables:
-            return self._calls(rope, [f"{cast[0]}.to({cast[1]})", *tables], False, cast)
+            return self._calls(rope, [f"{cast[0]}.to({cast[1]})", *tables], False, mode, flag, cast)
         return unavailable("x, cos and sin must be plain names (the guard reads them twice)")
+
 
     @staticmethod
     def _cast(rope: Rope, piece) -> Optional[tuple]:
@@ -252,62 +288,117 @@ class Rotary(Rule):
             dtype_text = operand_text(piece, dtype) if dtype is not None else None
         return (base, dtype_text) if base is not None and dtype_text is not None else None
 
-    def _calls(self, rope: Rope, texts: List[str], paired: bool, cast: Optional[tuple] = None):
-        """The guarded call as source; ``paired``: x is given as its channel pairs;
+    def _calls(self, rope: Rope, texts: List[str], paired: bool, mode: str, flag: Optional[str],
+               cast: Optional[tuple] = None):
+        """The guarded call as source; ``paired``: x is given as its channel pairs; ``mode``: the mode
+        argument's source (``("interleave" if <flag> else "half")`` for a mode the ``flag`` chooses);
         ``cast``: (x, dtype) when x is cast for the rotation (the guard reads x without the cast)."""
-        mode = rope.mode
         x = texts[0]
+        sin = f"-{texts[2]}" if rope.negated and len(texts) > 2 else None  # the other sign: sin negated
+        if rope.switch is not None:
+            switch = rope.switch
+            how = f"{switch.when_true} rotation where {flag} is true, else {switch.when_false}: chosen at run time"
+        else:
+            how = f"{rope.mode} rotation"
+        if rope.negated:
+            how += ", the other sign: sin negated"
         if rope.form == FULL:
-            sin = f"-{texts[2]}" if rope.negated else texts[2]
-            guard_args = f'{cast[0]}, {cast[1]}, {texts[1]}, {texts[2]}, "{mode}"' if cast else \
-                f'{x}, {texts[1]}, {texts[2]}, "{mode}"'
+            guard_args = f'{cast[0]}, {cast[1]}, {texts[1]}, {texts[2]}, {mode}' if cast else \
+                f'{x}, {texts[1]}, {texts[2]}, {mode}'
             guard = f"{HELPER}.rotary_fits_cast({guard_args})" if cast else f"{HELPER}.rotary_fits({guard_args})"
-            fused = f'{HELPER}.rotary_mul({x}, {texts[1]}, {sin}, "{mode}")'
-            how = f"{mode} rotation" + (", the other sign: sin negated" if rope.negated else "")
+            fused = f'{HELPER}.rotary_mul({x}, {texts[1]}, {sin or texts[2]}, {mode})'
         elif rope.form == COMPLEX:
             call = ", ".join(texts)
             guard, fused = f"{HELPER}.complex_rotary_fits({call})", f"{HELPER}.complex_rotary_mul({call})"
             how = f"complex table {texts[1]}, real cos/sin derived once per table"
         else:
-            call = f'{", ".join(texts)}, "{mode}"' + (", paired=True" if paired else "") + (", split=True" if rope.split else "")
-            guard, fused = f"{HELPER}.pair_rotary_fits({call})", f"{HELPER}.pair_rotary_mul({call})"
+            options = (", paired=True" if paired else "") + (", split=True" if rope.split else "")
+            guard = f"{HELPER}.pair_rotary_fits({', '.join(texts)}, {mode}{options})"
+            fused = f"{HELPER}.pair_rotary_mul({texts[0]}, {texts[1]}, {sin or texts[2]}, {mode}{options})"
             if rope.paired and not paired:
                 fused += ".unflatten(-1, (-1, 2))"
             elif paired and not rope.paired:
                 fused += ".flatten(-2)"
-            how = f"{mode} rotation, pair tables {texts[1]}/{texts[2]} made per-channel once per table"
+            how += f", pair tables {texts[1]}/{texts[2]} made per-channel once per table"
         check = guard.split("(")[0]
         when = []
         if rope.rank and rope.form != FULL:  # the code indexes x as 4-D (rotary_fits requires it anyway)
             when.append(f"{x}.dim() == {rope.rank + 1 if paired else rope.rank}")
         guard = sited(guard, when)
         subject = cast[0] if cast else x
-        message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode='{mode}'), guarded by {check}"
+        message = f"rotary embedding of {subject} ({how}) → {TARGET}(rotary_mode={mode.replace(chr(34), chr(39))}), " \
+                  f"guarded by {check}"
         needs = [ImportSpec("torch")] if cast and cast[1].startswith("torch.") else []
         return Written(guard, fused, message, imports=tuple(needs))
 
     def _record(self, rope: Rope) -> str:
+        if rope.switch is not None:
+            return RECORDS["switched"]
         return RECORDS[rope.mode if rope.form == FULL else rope.form]
 
     # -- reports --------------------------------------------------------------------------------
     def _operands_message(self, rope: Rope, why: Optional[str]) -> str:
         text = code(rope.out.node).strip()
         how = f"{rope.mode} rotation" if rope.form == FULL else f"{rope.form} form"
+        if rope.switch is not None:
+            how = f"{rope.switch.when_true} or {rope.switch.when_false} rotation, chosen by a flag"
         return f"rotary embedding `{text}` ({how}) is not rewritten: {why or 'its operands are not available'}"
 
-    def _unmatched(self, value, kind: str) -> None:
+    def _unmatched(self, found: Unread) -> None:
+        value, kind = found.value, found.kind
         text = code(value.node).strip()
         if kind == "complex":
             message = (f"complex-number rotary embedding `{text}` is not rewritten: not of the form "
                        "view_as_real(view_as_complex(x) * freqs_cis)")
         elif kind == "rotation":
-            message = (f"rotary embedding `{text}` is not rewritten: its rotation is not proven to be the half or "
-                       "interleaved rotation of x's last dim (halves split at x.shape[-1] // 2, pairs at ::2)")
+            message = f"rotary embedding `{text}` is not rewritten: {why_unproven(found.about, found.x)}"
+        elif kind == "matrix":
+            message = f"rotary embedding `{text}` is not rewritten: {why_not_rotation_matrix(found.about, found.x)}"
         else:
-            message = (f"rotary embedding `{text}` is not rewritten: its rotation is a function defined in another "
-                       "module, which this file does not show")
+            kind, why = self._helper(found.about)
+            message = f"rotary embedding `{text}` is not rewritten: {why}"
         self._report(statement_of(value.node, self.ctx.tree.parents()) if kind == "complex" else value.node, kind,
                      message)
+
+    def _helper(self, call) -> Tuple[str, str]:
+        """(kind, reason) for a rotation computed by a call the view did not inline: a function of this
+        file it could not read ('local', with the view's reason), or one of another module ('helper')."""
+        callee = call["callee"]
+        name = code(callee.node).strip() if callee.node is not None else callee.name
+        why = call.view.unread.get(id(call.node)) if call.view is not None else None
+        if why is not None:
+            return "local", f"its rotation `{name}` is defined in this file but not read: {why}"
+        root = name.split(".")[0]
+        module = self._imported_from(root)
+        if module is not None:
+            return "helper", (f"its rotation `{name}` is a function of another module, which this file imports from "
+                              f"`{module}`; the rule reads one file at a time, so it does not see which rotation that "
+                              "function computes")
+        if self._defines(root):
+            return "local", (f"its rotation `{name}` is bound more than once in this file, so which function runs "
+                             "is not known")
+        return "helper", f"its rotation `{name}` is neither defined nor imported by name in this file"
+
+    def _imported_from(self, local: str) -> Optional[str]:
+        """The module, as this file writes it, that an import at its top binds ``local`` from
+        (``..llama.modeling_llama`` for ``from ..llama.modeling_llama import rotate_half``, ``.`` for
+        ``from . import utils``, ``m.n`` for ``import m.n as local``), or None."""
+        for stmt in self.ctx.module.body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    bound = [a.asname.name if a.asname is not None else a.name for a in small.names]
+                    if any(isinstance(b, cst.Name) and b.value == local for b in bound):
+                        return "." * len(small.relative) + (code(small.module) if small.module is not None else "")
+                elif isinstance(small, cst.Import):
+                    for alias in small.names:
+                        full = code(alias.name)
+                        if (alias.asname.name.value if alias.asname is not None else full.split(".")[0]) == local:
+                            return full
+        return None
+
+    def _defines(self, name: str) -> bool:
+        """Whether a ``def`` at the top of this module binds ``name`` (not once: the view reads those)."""
+        return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == name for stmt in self.ctx.module.body)
 
     def _report(self, node: cst.CSTNode, kind: str, message: str) -> None:
         record = self.ctx.table.exact(RECORDS[kind])
