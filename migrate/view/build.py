@@ -7,7 +7,9 @@ method and operator spelled as one canonical op with named arguments (``view.spe
 normalisations of ``view.normal``), module attributes resolved from the class's ``__init__``
 (``self.act = nn.SiLU()`` makes ``self.act(x)`` a ``silu``), and small helpers of the same module or
 class inlined (``rotate_half(x)``, ``self._norm(x)``, a nested ``def``): their bodies are evaluated
-in place with the call's arguments, so a matcher sees through them.
+in place with the call's arguments, so a matcher sees through them. A nested ``def`` reads the names
+of the function around it (a closure): inlined at a call, the bindings at the call; viewed on its
+own, the enclosing function's parameters that are never rebound (``self`` of the method it is in).
 
 Each value keeps the expression node it was computed from (``node``) and the view it belongs to,
 so a match maps back to source: the statements of the function that compute it (``statement``),
@@ -23,7 +25,7 @@ import libcst as cst
 from .normal import normalise
 from .values import Value
 from .scope import Scope, _params
-from .spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
+from .spellings import ATTRIBUTE_FUNCTIONS, AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from ..tree import children
 from .ops import Op
 from .syntax import assigned_names, body_of, decorated, dotted, ends_in_return, in_place, in_place_receiver, literal, walk_names
@@ -34,9 +36,11 @@ INLINE_STATEMENTS = 30
 
 class View:
     def __init__(self, func: cst.FunctionDef, scope: Scope, arguments: Optional[Dict[str, Value]] = None,
-                 depth: int = 0, caller: Optional[cst.CSTNode] = None) -> None:
+                 depth: int = 0, caller: Optional[cst.CSTNode] = None,
+                 enclosing: Optional[Dict[str, Value]] = None) -> None:
         self.func, self.scope, self.depth = func, scope, depth
         self.caller = caller  # the call node that inlined this view, when it is inlined
+        self.enclosing = enclosing or {}  # a nested def's closure: names of the function around it
         self.values: Dict[int, Value] = {}  # id(expression node) -> its value
         self.env_before: Dict[int, Dict[str, "Value"]] = {}  # id(statement) -> the bindings where it starts
         self.returns: List[Value] = []
@@ -181,6 +185,8 @@ class View:
     def _evaluate(self, node: cst.CSTNode) -> Value:
         if isinstance(node, cst.Name):
             bound = self.env.get(node.value)
+            if bound is None:
+                bound = self.enclosing.get(node.value)  # a closure's free name
             if bound is not None:
                 return bound
             if node.value in ("True", "False", "None"):
@@ -311,8 +317,8 @@ class View:
         return Value(Op.CALL, kw, node=node, view=self, name=qualified)
 
     def _module_op(self, callee: Value) -> Optional[Tuple[str, Dict[str, Value]]]:
-        """``self.act`` set to ``nn.SiLU()`` in ``__init__``: ("silu", {}); a module only known at run
-        time (``ACT2FN[config.hidden_act]``): ("act", {}); else None."""
+        """``self.act`` set to ``nn.SiLU()`` (or to ``F.silu``) in ``__init__``: ("silu", {}); a module only
+        known at run time (``ACT2FN[config.hidden_act]``): ("act", {}); else None."""
         if not (callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM
                 and callee.input.name == "self"):
             return None
@@ -321,6 +327,8 @@ class View:
             return None
         target = made.func if isinstance(made, cst.Call) else made
         qualified = self.scope.qualify(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if qualified in FUNCTIONS and made is target and FUNCTIONS[qualified][0] in ATTRIBUTE_FUNCTIONS:
+            return FUNCTIONS[qualified][0], {}  # self.act = F.silu: the function itself
         if qualified in MODULES:
             op = MODULES[qualified][0]
             extra = {}
@@ -337,9 +345,9 @@ class View:
     def _inline(self, node: cst.Call, callee: Value, args: List[Value]) -> Optional[Value]:
         if self.depth >= INLINE_DEPTH or any(a.keyword is not None or a.star for a in node.args):
             return None
-        func, bound_self = None, []
-        if callee.op == Op.FUNCTION:
-            func = callee.node
+        func, bound_self, enclosing = None, [], None
+        if callee.op == Op.FUNCTION:  # a def of this function: its closure reads the bindings here
+            func, enclosing = callee.node, {**self.enclosing, **self.env}
         elif callee.op == Op.FREE and callee.name in self.scope.functions:
             func = self.scope.functions[callee.name]
         elif callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM \
@@ -352,7 +360,7 @@ class View:
         given = [*bound_self, *args]
         if len(given) > len(params):
             return None
-        inner = View(func, self.scope, dict(zip(params, given)), self.depth + 1, caller=node)
+        inner = View(func, self.scope, dict(zip(params, given)), self.depth + 1, caller=node, enclosing=enclosing)
         return inner.result()
 
     def result(self) -> Optional[Value]:
