@@ -1,24 +1,33 @@
-"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half).
+"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` (activates the FIRST half) / ``npu_geglu``
+(either half: ``activate_left``).
 
 Matched on the dataflow view (``mlp._match``), so a gated MLP is found however it is spelled:
 ``act(gate) * up`` or ``up * act(gate)``, in one expression or over several statements (litgpt's
-``x_fc_1 = self.fc_1(x)``, ``x_fc_2 = self.fc_2(x)``, ``silu(x_fc_1) * x_fc_2``), with ``act``
-being ``F.silu``, ``nn.SiLU``, ``x * sigmoid(x)``, an ``ACT2FN[...]`` attribute or a module passed to
-the constructor (torchtune's ``FeedForward``: resolved at run time by the vendored helper):
+``x_fc_1 = self.fc_1(x)``, ``x_fc_2 = self.fc_2(x)``, ``silu(x_fc_1) * x_fc_2``), in a function defined
+inside ``forward`` or a method it calls, with ``act`` being ``F.silu``, ``nn.SiLU``, ``x * sigmoid(x)``,
+an attribute set to ``F.silu`` in ``__init__``, an ``ACT2FN[...]`` attribute, any other attribute
+(``self.config.activation_func``) or a module passed to the constructor (torchtune's ``FeedForward``):
+resolved at run time by the vendored helper. No name decides: the same code under any class, function
+or attribute name gives the same finding.
 
-* two projections of one input → ``npu_glue.swiglu(act, gate, up)``;
+* two projections of one input → ``npu_glue.swiglu_linear(act, gate, up, x)``;
 * a fused projection split in two, ``gate, up = self.gate_up(x).chunk(2, dim=-1)`` →
   ``npu_glue.swiglu_halves(act, self.gate_up(x))``; with a GELU gate (``F.gelu``/``nn.GELU`` of
-  either approximation) → ``npu_glue.geglu_halves(self.gate_up(x), approximate)``;
+  either approximation) → ``npu_glue.geglu_halves(act, self.gate_up(x), approximate)``; the second half
+  activated (``up, gate = ...``) → the same with ``second=True``: npu_geglu's ``activate_left`` picks
+  the half, npu_swiglu gets the halves swapped into [gate | up] (a copy, as for two projections);
+* gate and up scaled before the product (``act(self.w1(x) * scale) * self.w3(x)``, halves scaled by
+  learned vectors) → ``npu_glue.swiglu(act, gate=..., up=...)`` / ``geglu`` / ``glu`` on the values the
+  code computes, in the order it computes them;
 * an up projection applied under a flag (torchtune's ``h = act(w1(x)); if self.w3 is not None:
   h = h * self.w3(x)``) → a guarded region whose fused branch runs when the flag holds.
 
 Statements that only compute the operands are folded into the call (their comments kept); names they
 bind must be read nowhere else. The helpers check at run time what cannot be proven (the activation
-is SiLU, shapes and dtypes fit) and compute the original ``act(gate) * up`` otherwise, so a model
-configured with another activation keeps its exact behaviour. Reported (NPU331): GeGLU over separate
-projections (npu_geglu needs one tensor: a copy per call), splits whose second half is activated,
-other activations (ReLU, sigmoid), and sites whose intermediate values are read elsewhere.
+is SiLU or GELU, shapes and dtypes fit) and compute the original ``act(gate) * up`` otherwise, so a
+model configured with another activation keeps its exact behaviour. Reported (NPU331): GeGLU over
+einsum/matmul weights, splits along another dim than the last, other activations (ReLU, clamped
+SwiGLU), and sites whose intermediate values are read elsewhere.
 """
 
 from __future__ import annotations
@@ -42,21 +51,13 @@ from ....opmap import Fallback
 from ...view.ops import Op
 
 REPORT = "NPU331"
-HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
 REUSE_PLAN = Fallback("manual", (
     "Folding the statements into one npu_glue call would change what the other read sees. Keep the original "
     "code (it runs on the NPU, unfused), or compute the gate and up projections in names read only by the "
     "product, write the product as npu_glue.swiglu(act, gate, up) (the vendored helper checks SiLU at run "
     "time), and compute act(gate) separately only where it is read."))
 SILU = "torch.nn.functional.silu"
-ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
 EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
-
-
-def names_activation(names: Set[str], aliases: Set[str]) -> bool:
-    """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
-    (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
-    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)
 
 
 class SwiGlu(Rule):
@@ -68,7 +69,9 @@ class SwiGlu(Rule):
                        "gated MLPs the fused kernels cannot express exactly (reported, not rewritten)",
                        example="swiglu_reported"),
     )
-    triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
+    # a product (what decides is the dataflow, never a name: ``self.nonlin`` is an activation too), or an
+    # experts class the library gates
+    triggers = (b"*", b"mul", EXPERTS_DECORATOR.encode())
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
@@ -89,13 +92,9 @@ class SwiGlu(Rule):
 
     @classmethod
     def may_find(cls, words) -> bool:
-        """``_may_gate`` for some function (an imported activation is named by its import), or an
-        experts class's decorator (``_swiglu_experts``: named, as a name or an attribute, however it
-        is imported)."""
-        if EXPERTS_DECORATOR in words.names:
-            return True
-        aliases = {n for n in words.names if n.lower() in ACTIVATION_NAMES} | words.may_denote(())
-        return any(names_activation(f.names, aliases) and ("mul" in f.names or f.multiplies) for f in words.functions)
+        """``_may_gate`` for some function, or an experts class's decorator (``_swiglu_experts``: named,
+        as a name or an attribute, however it is imported)."""
+        return EXPERTS_DECORATOR in words.names or any("mul" in f.names or f.multiplies for f in words.functions)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         """An MoE experts class that transformers gates with its library default (``mlp._experts``)."""
@@ -109,22 +108,13 @@ class SwiGlu(Rule):
                          target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
-        """The cheap filter before the view is built: the function names an activation (or a split)
-        and multiplies."""
-        names = self.ctx.tree.names(func.body)
-        if not names_activation(names, self._aliases()):
-            return False
-        return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
-                                     or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
-                                     for n in self.ctx.tree.subtree(func.body))
-
-    def _aliases(self) -> Set[str]:
-        """Local names imported as an activation (``from torch.nn.functional import silu as swish``)."""
-        found = getattr(self, "_alias_names", None)
-        if found is None:
-            found = self._alias_names = {local for local, bound in self.ctx.names.imports.items()
-                                         if any(q.rsplit(".", 1)[-1].lower() in ACTIVATION_NAMES for q in bound)}
-        return found
+        """The cheap filter before the view is built: the function multiplies. (No name decides: an
+        activation may be any attribute, ``self.nonlin`` set from a config, and the same code under
+        other names must give the same finding.)"""
+        return "mul" in self.ctx.tree.names(func.body) or any(
+            isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+            or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
+            for n in self.ctx.tree.subtree(func.body))
 
     # -- the fused call ---------------------------------------------------------------------------
     def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], Refusal]:
@@ -150,7 +140,7 @@ class SwiGlu(Rule):
         act_text = put("act", act) if not isinstance(act, str) else act
         glu = {"silu": "swiglu", "gelu": "geglu", "runtime": "glu"}[m.kind]
         approximate = [f"approximate={self._approximate(m)}"] if m.kind == "gelu" and act == "None" else []
-        order = ["up_first=True"] if m.form != "halves" and self._up_first(m) else []
+        order = ["up_first=True"] if m.form not in ("halves", "operands") and self._up_first(m) else []
         if m.form == "halves":
             tensor = put("tensor", m.source)
             if m.cast is not None:
@@ -159,6 +149,15 @@ class SwiGlu(Rule):
                     return unavailable("the halves are cast to a dtype that is not a plain name")
                 tensor = f"{tensor}.{cast}"
             args, what = [act_text, tensor], "fused gate_up projection split with chunk(2)"
+            if m.second:
+                args, what = args + ["second=True"], "fused up_gate projection split with chunk(2), the second half " \
+                                                     "activated"
+        elif m.form == "operands":  # keywords in the original's order: the operands are evaluated as there
+            pair = [("gate", m.gate), ("up", m.up)]
+            args = [act_text, *(f"{role}={put(role, value)}" for role, value in
+                                (reversed(pair) if self._up_first(m) else pair))]
+            what = {"halves": "halves of a projection split with chunk(2), scaled before the product",
+                    "projections": "gate and up projections, scaled before the product"}[m.scales]
         elif m.form == "projections":
             args = [act_text, put("gate", m.modules[0]), put("up", m.modules[1]), put("x", m.source)]
             glu, what = f"{glu}_linear", "gate and up projections"
@@ -225,7 +224,8 @@ class SwiGlu(Rule):
         block, index = enclosing_block(m.product.node, parents)
         if block is None:
             return unplaced("the product is not inside a block of statements")
-        kept = [m.source, *m.modules, *m.weights, m.act["module"], m.act["callee"]]
+        kept = [*([m.gate, m.up] if m.form == "operands" else [m.source, *m.modules, *m.weights]),
+                m.act["module"], m.act["callee"]]
         kept = [v for v in kept if v is not None]
         feeders: Set[int] = set()
         outside = []
@@ -257,7 +257,7 @@ class SwiGlu(Rule):
         else:
             return first
         text, holes, what = made
-        if m.form != "halves":
+        if m.form not in ("halves", "operands"):
             what = what[:-1] + " in separate statements)" if feeders else what.replace("(gate", "(separate gate")
         in_place(self, m.product.node, Written("", text, self._message(m, what), holes=tuple(holes.items())),
                  target=self._target(m), helpers=[HELPER], folded=(block, min(feeders), index) if feeders else None)
@@ -276,6 +276,10 @@ class SwiGlu(Rule):
         else:
             shown = "torch_npu.npu_swiglu / npu_geglu"
             proof = f"`{code(self._act(m).node)}` checked to be SiLU or GELU at run time"
+        if m.second:  # npu_geglu activates either half (activate_left); npu_swiglu only the first
+            proof += {"silu": "; the halves swapped into [gate | up] by a copy per call",
+                      "gelu": "; npu_geglu's activate_left set to activate the second half"}.get(
+                m.kind, "; for SiLU the halves swapped by a copy per call, for GELU npu_geglu's activate_left set")
         return f"{label} → {shown} (guarded: {proof}; original kept)"
 
     def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[Refusal]:
