@@ -159,7 +159,7 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
             return _topk_softmax(topk, graph, indices, firsts)
         if across_dims(selection):
             return None  # one top-k over several dims of the scores (detection post-processing): no choice per row
-        return blocked(topk.node, f"MoE router not fused: {chosen_by(selection)}", PLANS["scores"])
+        return blocked(topk.node, f"MoE router not fused: {chosen_by(selection, _argument(topk))}", PLANS["scores"])
     if not _last(topk["dim"], default=True) or (scores.op == Op.SOFTMAX and not _last(scores["dim"])):
         return blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
     # the top-k values are the unbiased scores (masked experts, -inf or 0 below every kept score, are never chosen)
@@ -179,6 +179,16 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
         if refused is not None:
             return refused
     return router
+
+
+def _argument(topk: Value) -> Optional[cst.CSTNode]:
+    """The code of what the top-k chooses from: ``x`` of ``torch.topk(x, k)`` or of ``x.topk(k)``."""
+    node = topk.node
+    if not isinstance(node, cst.Call):
+        return None
+    if topk.view is not None and topk.view.scope.qualify(node.func) == "torch.topk":
+        return node.args[0].value if node.args else None
+    return node.func.value if isinstance(node.func, cst.Attribute) else None
 
 
 def _last(dim: Optional[Value], default: bool = False) -> bool:

@@ -76,22 +76,34 @@ def from_parameter(selection: Value) -> bool:
     return False
 
 
-def across_dims(selection: Value) -> bool:
-    """A top-k of the scores flattened or viewed across dims (``prob.view(B, -1)``, ``scores.flatten(1)``),
-    not per row: ``view(-1, E)`` (the experts kept last) is not such."""
-    value = selection
-    while value.op == Op.CAST and value.input is not None:
-        value = value.input
-    if value.op == Op.FLATTEN:
-        return True
-    rest = value["*rest"] if value.op == Op.RESHAPE else None
-    return rest is not None and not (len(rest.items) == 2 and number(rest.items[0]) == -1)
+#: reductions that take the scores' last dim away (``scores.max(dim=-1)``: the best class of each query)
+REDUCTIONS = (Op.AMAX, Op.MAX, Op.SUM, Op.MEAN)
 
 
-def chosen_by(selection: Value) -> str:
+def across_dims(selection: Value, depth: int = 4) -> bool:
+    """A top-k that chooses along another dim than the scores' alternatives: of the scores flattened or
+    viewed across dims (``prob.view(B, -1)``, ``scores.flatten(1)``; ``view(-1, E)``, the experts kept
+    last, is not such), or of a reduction over their last dim (``scores.max(-1)``), a few steps up from
+    the softmax/sigmoid: detection post-processing, no choice among the scores of one row."""
+    frontier = [selection]
+    for _ in range(depth):
+        for value in frontier:
+            if value.op == Op.FLATTEN or value.op in REDUCTIONS and number(value["dim"]) == -1:
+                return True
+            rest = value["*rest"] if value.op == Op.RESHAPE else None
+            if rest is not None and not (len(rest.items) == 2 and number(rest.items[0]) == -1):
+                return True
+        frontier = [v for value in frontier for v in (value.input,) if v is not None
+                    and v.op not in (Op.SOFTMAX, Op.SIGMOID)]
+    return False
+
+
+def chosen_by(selection: Value, argument=None) -> str:
     """Why the values the top-k chooses from are not what a gating kernel chooses from, naming them
-    and the scores they come from."""
-    shown = _shown(selection) or "its input"
+    (their own code, else the top-k's ``argument`` node) and the scores they come from."""
+    shown = _shown(selection) or (_quoted(argument) if argument is not None else "its input")
+    if selection.op == Op.PHI:
+        shown = f"{shown} (set on the branches of an `if`)"
     scores = _scores_below(selection)
     if scores is None:
         return f"the experts are chosen by {shown}, whose values no softmax or sigmoid computes"
@@ -105,9 +117,11 @@ def chosen_by(selection: Value) -> str:
 
 def _shown(value: Value) -> Optional[str]:
     """The source of ``value`` quoted (its first 60 characters), or None."""
-    if value.node is None:
-        return None
-    text = " ".join(code(value.node).split())
+    return _quoted(value.node) if value.node is not None else None
+
+
+def _quoted(node) -> str:
+    text = " ".join(code(node).split())
     return f"`{text if len(text) <= 60 else text[:57] + '...'}`"
 
 
