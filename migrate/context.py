@@ -19,8 +19,9 @@ from libcst.helpers import get_full_name_for_node
 from .edits import Site
 from .names import NameResolver
 from .tree import TreeIndex
-from .view import View
-from .view.scope import Scope, module_functions
+from .view import Value, View
+from .view.ops import Op
+from .view.scope import Scope, closure, module_functions
 from ..opmap import OpTable
 from .helpers import HELPER, is_helper_file  # noqa: F401 (the rules read them here)
 
@@ -86,10 +87,10 @@ class FileContext:
             if self._functions is None:
                 self._functions = module_functions(self.module)
             parents = self.tree.parents()
-            holder = parents.get(id(parents.get(id(func))))
-            cls = holder if isinstance(holder, cst.ClassDef) else None
+            cls, free = closure(func, parents)
             scope = Scope.of(self.module, self.names.qualified_name, cls, self._functions, parents)
-            found = self._views[id(func)] = View(func, scope)
+            enclosing = {name: Value(Op.PARAM, name=name) for name in free}
+            found = self._views[id(func)] = View(func, scope, enclosing=enclosing)
         return found
 
     def indentation(self, block: cst.CSTNode) -> tuple:

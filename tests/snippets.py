@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Callable, Iterable, Optional, Sequence, Set, Tuple, Type, Union
+from typing import Callable, Dict, Iterable, Optional, Sequence, Set, Tuple, Type, Union
 
 from npu_migrate.migrate.engine import Engine, build_engine
 from npu_migrate.migrate.files.base import Facts
@@ -130,3 +130,72 @@ def pasted_low(active: bool = True):
         for module in users:
             module.atom = real
 
+
+
+#: names a renaming keeps: what Python or a library calls by that name (``nn.Module.forward``,
+#: transformers' ``_apply_gate``), so renaming them would change what the code does
+KEPT_NAMES = frozenset({"forward", "_apply_gate"})
+
+
+def renamed(source: str, new_name: Callable[[str, str], str]) -> Tuple[str, Dict[str, str]]:
+    """``source`` with every class and function it defines renamed (``new_name(kind, old)``, kind
+    "class" or "function"; dunder methods and ``KEPT_NAMES`` kept), with the references to them
+    (names, and methods read through ``self``/``cls``), and the renaming {old: new}. What the code
+    computes is unchanged."""
+    import libcst as cst
+
+    module = cst.parse_module(source)
+    mapping: Dict[str, str] = {}
+    for node in _walk_defs(module):
+        old = node.name.value
+        if old not in mapping and not (old.startswith("__") and old.endswith("__")) and old not in KEPT_NAMES:
+            mapping[old] = new_name("class" if isinstance(node, cst.ClassDef) else "function", old)
+
+    class _Rename(cst.CSTTransformer):
+        def leave_Name(self, original, updated):
+            return updated.with_changes(value=mapping[updated.value]) if updated.value in mapping else updated
+
+        def leave_Attribute(self, original, updated):
+            receiver = original.value
+            if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+                return updated  # a method read through self: renamed with the rest
+            return updated.with_changes(attr=original.attr)  # any other attribute (torch.topk) keeps its name
+
+    return module.visit(_Rename()).code, mapping
+
+
+#: two renamings of every class and function a source defines: to neutral names, and to names another
+#: framework gives its routers and MLPs
+RENAMINGS = {
+    "neutral": lambda kind, old: f"{'Block' if kind == 'class' else 'step'}_{len(old)}_{old[::-1].strip('_')}",
+    "router-named": lambda kind, old: f"{'TopKRouter' if kind == 'class' else 'route_tokens'}_{old}",
+}
+
+
+def same_when_renamed(source: str, path: str, select: Sequence[str], renaming: str) -> None:
+    """Assert that ``source`` with its classes and functions renamed (``RENAMINGS[renaming]``) migrates
+    (with ``select``) to the same findings, up to the names, and to the same output, renamed alike."""
+    import re
+
+    changed, mapping = renamed(source, RENAMINGS[renaming])
+    before, after = migrate(source, path, select=select), migrate(changed, path, select=select)
+    words = sorted({*mapping, *mapping.values()}, key=len, reverse=True)
+    names = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b") if words else None
+
+    def seen(result):  # every old or new name in a message read as one placeholder
+        return [(f.line, f.col, f.code, names.sub("<name>", f.message) if names else f.message)
+                for f in result.findings]
+
+    assert seen(before) == seen(after)
+    assert after.status == before.status
+    if before.status == "changed":
+        assert renamed(before.migrated, RENAMINGS[renaming])[0] == after.migrated
+
+
+def _walk_defs(node):
+    import libcst as cst
+
+    for child in node.children:
+        if isinstance(child, (cst.ClassDef, cst.FunctionDef)):
+            yield child
+        yield from _walk_defs(child)

@@ -7,7 +7,9 @@ method and operator spelled as one canonical op with named arguments (``view.spe
 normalisations of ``view.normal``), module attributes resolved from the class's ``__init__``
 (``self.act = nn.SiLU()`` makes ``self.act(x)`` a ``silu``), and small helpers of the same module or
 class inlined (``rotate_half(x)``, ``self._norm(x)``, a nested ``def``): their bodies are evaluated
-in place with the call's arguments, so a matcher sees through them.
+in place with the call's arguments, so a matcher sees through them. A nested ``def`` reads the names
+of the function around it (a closure): inlined at a call, the bindings at the call; viewed on its
+own, the enclosing function's parameters that are never rebound (``self`` of the method it is in).
 
 Each value keeps the expression node it was computed from (``node``) and the view it belongs to,
 so a match maps back to source: the statements of the function that compute it (``statement``),
@@ -23,7 +25,7 @@ import libcst as cst
 from .normal import normalise
 from .values import Value
 from .scope import Scope, _params, literal_default
-from .spellings import AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
+from .spellings import ATTRIBUTE_FUNCTIONS, AUGMENTED, CAST_METHODS, FUNCTIONS, METHODS, MODULES, OPERATORS, UNARY
 from ..tree import children
 from .ops import Op
 from .syntax import assigned_names, body_of, decorated, dotted, ends_in_return, in_place, in_place_receiver, literal, walk_names
@@ -63,9 +65,11 @@ def _local_target(target: cst.BaseExpression) -> bool:
 
 class View:
     def __init__(self, func: cst.FunctionDef, scope: Scope, arguments: Optional[Dict[str, Value]] = None,
-                 depth: int = 0, caller: Optional[cst.CSTNode] = None) -> None:
+                 depth: int = 0, caller: Optional[cst.CSTNode] = None,
+                 enclosing: Optional[Dict[str, Value]] = None) -> None:
         self.func, self.scope, self.depth = func, scope, depth
         self.caller = caller  # the call node that inlined this view, when it is inlined
+        self.enclosing = enclosing or {}  # a nested def's closure: names of the function around it
         self.values: Dict[int, Value] = {}  # id(expression node) -> its value
         self.env_before: Dict[int, Dict[str, "Value"]] = {}  # id(statement) -> the bindings where it starts
         self.returns: List[Value] = []
@@ -218,6 +222,8 @@ class View:
     def _evaluate(self, node: cst.CSTNode) -> Value:
         if isinstance(node, cst.Name):
             bound = self.env.get(node.value)
+            if bound is None:
+                bound = self.enclosing.get(node.value)  # a closure's free name
             if bound is not None:
                 return bound
             if node.value in ("True", "False", "None"):
@@ -379,6 +385,8 @@ class View:
         at run time (``ACT2FN[config.hidden_act]``, ``get_activation(...)``), else None."""
         target = made.func if isinstance(made, cst.Call) else made
         qualified = self.scope.qualify(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if qualified in FUNCTIONS and made is target and FUNCTIONS[qualified][0] in ATTRIBUTE_FUNCTIONS:
+            return FUNCTIONS[qualified][0], {}  # self.act = F.silu: the function itself
         if qualified in MODULES:
             op = MODULES[qualified][0]
             extra = {}
@@ -393,9 +401,9 @@ class View:
         return None
 
     def _inline(self, node: cst.Call, callee: Value, args: List[Value]) -> Optional[Value]:
-        func, bound_self = None, []
-        if callee.op == Op.FUNCTION:
-            func = callee.node
+        func, bound_self, enclosing = None, [], None
+        if callee.op == Op.FUNCTION:  # a def of this function: its closure reads the bindings here
+            func, enclosing = callee.node, {**self.enclosing, **self.env}
         elif callee.op == Op.FREE and callee.name in self.scope.functions:
             func = self.scope.functions[callee.name]
         elif callee.op == Op.ATTR and callee.input is not None and callee.input.op == Op.PARAM \
@@ -409,7 +417,8 @@ class View:
             why = f"it is called {INLINE_DEPTH} helpers deep"
         if why is None and len(body_of(func.body)) > INLINE_STATEMENTS:
             why = f"its body has more than {INLINE_STATEMENTS} statements"
-        inner = View(func, self.scope, bound, self.depth + 1, caller=node) if why is None else None
+        inner = View(func, self.scope, bound, self.depth + 1, caller=node, enclosing=enclosing) if why is None \
+            else None
         result = inner.result() if inner is not None else None
         if inner is not None and result is None:
             why = "it does not return one value on a straight path (a return inside a loop, try or nested if)"

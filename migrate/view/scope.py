@@ -4,9 +4,11 @@ bound once, the enclosing class's methods and the ``self.<attr>`` values its ``_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
+
+from .syntax import assigned_names
 
 Qualify = Callable[[cst.CSTNode], Optional[str]]
 
@@ -60,6 +62,19 @@ class Scope:
         methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)} \
             if cls is not None and isinstance(cls.body, cst.IndentedBlock) else {}
         return cls_(qualify, functions, cls, methods, class_attributes(cls), parents or {})
+
+
+def closure(func: cst.FunctionDef, parents) -> Tuple[Optional[cst.ClassDef], List[str]]:
+    """Where ``func`` is defined: the class whose method it is (or, for a ``def`` nested in functions,
+    the class of the method around them), and the parameters of the functions around it that their
+    bodies never rebind (what its free names of that name read, whenever it is called)."""
+    holder = parents.get(id(parents.get(id(func))))
+    free: List[str] = []
+    while isinstance(holder, cst.FunctionDef):
+        rebound = set(assigned_names(holder.body))
+        free += [p.name.value for p in _params(holder) if p.name.value not in rebound and p.name.value not in free]
+        holder = parents.get(id(parents.get(id(holder))))
+    return (holder if isinstance(holder, cst.ClassDef) else None), free
 
 
 def module_functions(module: cst.Module) -> Dict[str, cst.FunctionDef]:

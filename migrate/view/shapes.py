@@ -179,9 +179,11 @@ def pairs_of(value):
     return None
 
 
-def _channels_value(value, x, part, rank=None, pairs=None):
+def _channels_value(value, x, part, rank=None, pairs=None, split=False):
     kw = {"input": x} if pairs is None else {"input": x, "pairs": pairs}
-    via = value if value.node is None else None  # an item bound by unpacking: its split's statement computes it
+    # an item bound by unpacking, or any item of a split (``t = x.chunk(2, -1)`` then ``t[0]``): the
+    # split's statement computes it too
+    via = value if value.node is None or split else None
     return Value(Op.CHANNELS, kw, node=value.node, view=value.view, name=part, number=rank, via=via)
 
 
@@ -228,11 +230,11 @@ def _split_channels(value, source, index):
         return value
     x = source.input or source["tensor"]
     if source.op == Op.CHUNK and number(source["chunks"]) == 2:
-        return _channels_value(value, x, ("first_half", "second_half")[index])
+        return _channels_value(value, x, ("first_half", "second_half")[index], split=True)
     if source.op == Op.SPLIT and is_half_of(source["split_size"] or source["split_size_or_sections"], x):
-        return _channels_value(value, x, ("first_half", "second_half")[index])
+        return _channels_value(value, x, ("first_half", "second_half")[index], split=True)
     if source.op == Op.UNBIND:
-        return _channels_value(value, _joined(value, x), ("even", "odd")[index], pairs=x)
+        return _channels_value(value, _joined(value, x), ("even", "odd")[index], pairs=x, split=True)
     return value
 
 

@@ -157,6 +157,10 @@ MODULES: Dict[str, Spec] = {
     "torch.nn.RMSNorm": ("rms_norm_module", ("input",)),
 }
 
+#: ops of one tensor that a function computes when a module attribute is bound to it in ``__init__``
+#: (``self.activation_func = F.silu``, then ``self.activation_func(x)``)
+ATTRIBUTE_FUNCTIONS = frozenset({"silu", "gelu", "relu", "sigmoid", "tanh"})
+
 OPERATORS = {
     cst.Multiply: "mul", cst.Divide: "div", cst.Add: "add", cst.Subtract: "sub", cst.MatrixMultiply: "matmul",
     cst.Power: "pow", cst.FloorDivide: "floordiv", cst.Modulo: "mod",
@@ -168,6 +172,6 @@ AUGMENTED = {
 }
 
 _UNDECLARED = sorted({spec[0] for table in (FUNCTIONS, METHODS, MODULES) for spec in table.values()}
-                     .union(OPERATORS.values(), UNARY.values(), AUGMENTED.values()) - set(BY_TEXT))
+                     .union(OPERATORS.values(), UNARY.values(), AUGMENTED.values(), ATTRIBUTE_FUNCTIONS) - set(BY_TEXT))
 if _UNDECLARED:  # a spelling of an op the view does not know: fail at import, where it was written
     raise ValueError(f"spellings of undeclared ops {_UNDECLARED}: declare them in migrate/view/ops.py")

@@ -6,6 +6,7 @@ also in training (it has a backward) unless its scores are read afterwards.
 The top-k softmax v2 and the group-limited ``npu_moe_gating_top_k`` are emulated from the kernels
 engineer's branch on; until then the tests that call them are skipped with that reason."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -373,3 +374,99 @@ def test_softmax_router_with_three_d_logits_and_dim_one_falls_back(npu, routers)
         want, got = call(routers, "route", x)
     assert calls == {SOFTMAX: 0}
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+# -- issue 20: routers through helpers, score-function routing, casts of the scores ---------------------
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
+HELPERS = ("NPU340_moe_gating_helpers", "NPU340_moe_gating_helpers_aliased")
+DIM_ONE = '''
+import torch
+
+
+def topk_over_dim_one(router_logits, top_k):
+    probs = torch.softmax(router_logits, dim=-1)
+    weights, experts = torch.topk(probs, top_k, dim=1)
+    return weights, experts
+'''
+
+
+@pytest.fixture(scope="module")
+def helpers(npu):
+    loaded = {}
+    for name in HELPERS:
+        source = (FIXTURES / name / "input.py").read_text()
+        loaded[name] = load(source), load(snippets.migrated(source, select=["NPU340"]))
+    loaded["dim_one"] = load(DIM_ONE), load(snippets.migrated(DIM_ONE, select=["NPU340"]))
+    return loaded
+
+
+def _both(namespaces, name, *args, build=None):
+    """(original result, migrated result) of ``name`` (a class built with ``build`` first) on ``args``."""
+    results = []
+    for namespace in namespaces:
+        torch.manual_seed(0)
+        target = namespace[name](*build) if build is not None else namespace[name]
+        results.append(target(*args))
+    return results
+
+
+@pytest.mark.parametrize("dtype,fused", [(torch.float32, 1), (torch.bfloat16, 0)])
+@pytest.mark.parametrize("fixture,name", [(HELPERS[0], "topk_routing_with_score_function"), (HELPERS[1], "route")])
+def test_scores_cast_back_fuse_where_the_cast_keeps_their_dtype(npu, helpers, fixture, name, dtype, fused):
+    """``softmax(x, dtype=float32).type_as(x)`` then a top-k (in a helper): fused where the cast keeps the
+    dtype (float32 logits); in bfloat16 the cast rounds the scores the top-k chooses from, which the kernel
+    does not: the original runs, bit for bit."""
+    with counting(npu, SOFTMAX) as calls, torch.no_grad():
+        want, got = _both(helpers[fixture], name, logits(dtype), 4)
+    assert calls == {SOFTMAX: fused}
+    if fused:
+        check(want, got, SOFTMAX, dtype)
+    else:
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("dtype,fused", [(torch.float32, 1), (torch.bfloat16, 0)])
+def test_sigmoid_score_function_with_a_bias_fuses_and_trains(npu, helpers, dtype, fused):
+    needs(npu, GROUPED)
+    bias = torch.randn(16, generator=torch.Generator().manual_seed(3)) * 0.1
+    grads, results = [], []
+    with counting(npu, GROUPED) as calls:
+        for namespace in helpers[HELPERS[0]]:
+            x = logits(dtype, seed=8).requires_grad_()
+            weights, indices = namespace["topk_routing_with_score_function"](x, 4, "sigmoid", bias)
+            torch.zeros_like(x).scatter(1, indices, weights).mul(torch.arange(1.0, 17.0)).sum().backward()
+            results.append((weights, indices))
+            grads.append(x.grad)
+    assert calls == {GROUPED: fused}, "npu_moe_gating_top_k has a backward: it runs in training too"
+    check(results[0], results[1], GROUPED, dtype)
+    torch.testing.assert_close(grads[1].float(), grads[0].float(), **tolerance(GROUPED, dtype))
+
+
+@pytest.mark.parametrize("fixture,name", [(HELPERS[0], "TopKRouter"), (HELPERS[1], "Block")])
+def test_top_k_in_a_helper_is_fused_where_it_is_called(npu, helpers, fixture, name):
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(5))
+    with counting(npu, SOFTMAX) as calls, torch.no_grad():
+        want, got = _both(helpers[fixture], name, x, build=(8, 16, 4))
+    assert calls == {SOFTMAX: 1}
+    check(want, got, SOFTMAX, torch.float32)
+
+
+@pytest.mark.parametrize("shape,fused", [((6, 16), 1), ((2, 3, 16), 0)])
+def test_a_top_k_over_dim_one_is_checked_to_be_the_last(npu, helpers, shape, fused):
+    """softmax over the last dim, top-k over dim 1: the kernel's choice only where dim 1 is the last."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
+    with counting(npu, SOFTMAX) as calls, torch.no_grad():
+        want, got = _both(helpers["dim_one"], "topk_over_dim_one", x, 2)
+    assert calls == {SOFTMAX: fused}
+    if fused:
+        check(want, got, SOFTMAX, torch.float32)
+    else:
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("renaming", list(snippets.RENAMINGS))
+@pytest.mark.parametrize("case", sorted(FIXTURES.glob("NPU34*")), ids=lambda p: p.name)
+def test_router_findings_do_not_depend_on_names(case, renaming):
+    """The same code under other class and function names (neutral ones, another framework's router
+    names) gives the same findings and output: no name decides what is fused or reported."""
+    snippets.same_when_renamed((case / "input.py").read_text(), "input.py", ["NPU340", "NPU341"], renaming)

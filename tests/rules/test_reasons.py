@@ -76,7 +76,9 @@ CONSTRUCTS: List[Tuple[str, str]] = [
 # what the input lacks or the kernel needs: consumed without a requirement
 NEGATIONS = [
     r"\bno eps is added[^;:]*", r"\bnever cast back", r"\bno bias\b", r"\bnot RMSNorm\b",
-    r"\bnot softmax or sigmoid\b", r"\bnot renormalised\b", r"\bnot (of the form|proven to be)[^;:]*",
+    r"\bnot softmax or sigmoid\b", r"\bno softmax or sigmoid computes\b", r"\bnot renormalised\b",
+    r"\bnot (of the form|proven to be)[^;:]*",
+    r"the gating kernels choose from [^)]*",  # what the kernels compute, not what the input shows
     r"does not take \([^)]*\)",  # the layouts a kernel takes
     r"(torch_npu\.)?\bnpu_\w+", r"\btorch_npu\b",
 ]

@@ -2,8 +2,12 @@
 NPU, in float32 and bfloat16, in inference and training, with the fused kernel running exactly when
 the activation is one it has (SiLU: npu_swiglu, GELU: npu_geglu) and the original code otherwise."""
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tests import snippets
@@ -396,3 +400,136 @@ def test_hf_experts_gate_of_the_default_experts_path_runs_fused(npu, act, kernel
     assert fused["InterleavedExperts"]._apply_gate is _default_apply_gate
     x = torch.randn(3, 12)
     assert fused["OwnGate"](config)._apply_gate(x) is x  # its own gate kept
+
+
+# -- issue 20: nested helpers, second-half activations, scaled projections ------------------------------
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
+FORMS = ("NPU330_swiglu_nested", "NPU330_swiglu_second_half", "NPU330_swiglu_scaled", "NPU330_swiglu_scaled_aliased")
+H, I = 8, 12
+
+
+def _config(act):
+    return SimpleNamespace(hidden_size=H, ffn_hidden_size=I, activation_func=act)
+
+
+# (fixture, class, constructor arguments, extra forward arguments, the kernel that must run: None = the original)
+FORM_CASES = [
+    *[(FORMS[0], name, (_config(act),), (), kernel) for name in ("MLP", "AttributeMLP")
+      for act, kernel in ((F.silu, "npu_swiglu"), (F.gelu, "npu_geglu"), (torch.relu, None))],
+    (FORMS[0], "MethodMLP", (_config(F.silu),), (), "npu_swiglu"),
+    *[(FORMS[1], "GatedLinearUnit", (H, I, act), (), kernel) for act, kernel in
+      (("gelu", "npu_geglu"), ("gelu_pytorch_tanh", "npu_geglu"), ("silu", "npu_swiglu"), ("relu", None))],
+    (FORMS[1], "GeGLUSecond", (H, I), (), "npu_geglu"),
+    (FORMS[1], "GeluModuleSecond", (H, I), (), "npu_geglu"),
+    (FORMS[1], "SwiGLUSecond", (H, I), (), "npu_swiglu"),
+    (FORMS[2], "ScaledGate", (H, I), (), "npu_swiglu"),
+    (FORMS[2], "ScaledBoth", (H, I), (3.0,), "npu_geglu"),
+    (FORMS[2], "NormalizedMLP", (H, I), (), "npu_swiglu"),
+    (FORMS[3], "ScaledGate", (H, I), (0.5,), "npu_swiglu"),
+    (FORMS[3], "GeGLUSecond", (H, I), (), "npu_geglu"),
+    (FORMS[3], "Nested", (H, I), (), "npu_swiglu"),
+]
+
+
+@pytest.fixture(scope="module")
+def forms(npu):
+    """Each fixture's input and its migration (NPU330), executed."""
+    loaded = {}
+    for name in FORMS:
+        source = (FIXTURES / name / "input.py").read_text()
+        original, fused = load(source), load(snippets.migrated(source, select=["NPU330"]))
+        fused["npu_glue"]._geglu_first(torch.device("cpu"))  # the once-per-device probe, not counted below
+        loaded[name] = original, fused
+    return loaded
+
+
+def _form_input(name, dtype, seed=9):
+    width = 2 * I if name == "SwiGLUSecond" else H
+    return torch.randn(2, 3, width, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _form_run(npu, forms, case, dtype, grad=False):
+    """(original, migrated, migrated output, original output, original input, migrated input); ``grad``: in
+    training, each side on its own copy of an input that needs a gradient too."""
+    fixture, name, args, extra, kernel = case
+    before, after = twins(*forms[fixture], name, *args, dtype=dtype)
+    x = _form_input(name, dtype)
+    x0, x1 = (x.clone().requires_grad_(), x.clone().requires_grad_()) if grad else (x, x)
+    with counting(npu, "npu_swiglu", "npu_geglu") as calls, torch.set_grad_enabled(grad):
+        got = after(x1, *extra)
+    with torch.set_grad_enabled(grad):
+        want = before(x0, *extra)
+    expected = {"npu_swiglu": 0, "npu_geglu": 0}
+    if kernel is not None:
+        expected[kernel] = 1
+    assert calls == expected, "fused exactly when the activation has a kernel"
+    assert got.dtype == want.dtype and got.shape == want.shape
+    return before, after, got, want, x0, x1
+
+
+def _case_id(case):
+    return f"{case[0].split('_', 2)[-1]}-{case[1]}-{getattr(case[2][-1], '__name__', case[2][-1])}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", FORM_CASES, ids=[_case_id(c) for c in FORM_CASES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_issue_20_forms_match_the_original(npu, forms, case, dtype):
+    _, _, got, want, *_ = _form_run(npu, forms, case, dtype)
+    if case[-1] is None:
+        assert torch.equal(got, want), "the original runs"
+    else:
+        torch.testing.assert_close(got.float(), want.float(), **tolerance(case[-1], dtype))
+
+
+@pytest.mark.parametrize("case", [c for c in FORM_CASES if c[-1] is not None and c[1] in
+                                  ("MLP", "GatedLinearUnit", "GeGLUSecond", "SwiGLUSecond", "ScaledBoth",
+                                   "NormalizedMLP")], ids=_case_id)
+def test_issue_20_forms_train_with_the_original_gradients(npu, forms, case):
+    """npu_swiglu and npu_geglu are differentiable: the fused forms train, with the original's gradients."""
+    before, after, got, want, *inputs = _form_run(npu, forms, case, torch.float32, grad=True)
+    torch.testing.assert_close(got, want, **tolerance(case[-1], torch.float32))
+    grads = []
+    for model, out in ((before, want), (after, got)):
+        out.square().sum().backward()
+        grads.append([p.grad for p in model.parameters()] + [inputs[model is after].grad])
+    for g1, g0 in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g1, g0, **tolerance(case[-1], torch.float32))
+
+
+@pytest.mark.parametrize("half", ["right", "left"])
+def test_second_half_geglu_under_either_reading_of_activate_left(npu, forms, monkeypatch, half):
+    """npu_geglu's activate_left is asked of the kernel once per device: the second half is activated
+    (``activate_left`` the opposite of the first half's) under either documented meaning of the flag."""
+    import npu_migrate.kernels.activations as activations
+
+    glue = forms[FORMS[1]][1]["npu_glue"]
+    monkeypatch.setattr(activations, "GEGLU_DEFAULT_ACTIVATED_HALF", half)
+    monkeypatch.setattr(glue, "_geglu_first_flag", {})
+    glue._geglu_first(torch.device("cpu"))
+    for case in [c for c in FORM_CASES if c[0] == FORMS[1] and c[-1] == "npu_geglu"]:
+        _, _, got, want, *_ = _form_run(npu, forms, case, torch.float32)
+        torch.testing.assert_close(got, want, **tolerance("npu_geglu", torch.float32))
+    assert list(glue._geglu_first_flag.values()) == [half == "right"]
+
+
+def test_scaled_operands_are_evaluated_in_the_original_order(npu, forms):
+    """``up * act(gate)`` with both written in the product: the helper's keywords keep the up projection
+    first, as the original calls it (it matters to modules that draw random numbers or count calls)."""
+    order = []
+    before, after = twins(*forms[FORMS[2]], "ScaledBoth", H, I)
+    for model in (before, after):
+        model.w1.register_forward_hook(lambda *_: order.append("gate"))
+        model.w3.register_forward_hook(lambda *_: order.append("up"))
+    x = _form_input("ScaledBoth", torch.float32)
+    with torch.no_grad():
+        before(x, 3.0)
+        after(x, 3.0)
+    assert order == ["up", "gate", "up", "gate"]
+
+
+@pytest.mark.parametrize("renaming", list(snippets.RENAMINGS))
+@pytest.mark.parametrize("case", sorted(FIXTURES.glob("NPU33*")), ids=lambda p: p.name)
+def test_gated_mlp_findings_do_not_depend_on_names(case, renaming):
+    """The same code under other class and function names gives the same findings and output."""
+    snippets.same_when_renamed((case / "input.py").read_text(), "input.py", ["NPU330", "NPU331"], renaming)

@@ -59,8 +59,13 @@ def swiglu(act, gate, up, *, site=None):
     return torch_npu.npu_swiglu(fused, dim=-1) if _record(site, why) else act(gate) * up
 
 
-def swiglu_halves(act, gate_up, *, site=None):
-    """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` (gate is the first half)."""
+def swiglu_halves(act, gate_up, *, second=False, site=None):
+    """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` (gate is the first half). ``second``: the
+    second half is the gate (``up, gate = ...``); npu_swiglu activates the first half only, so the
+    halves are swapped into [gate | up] (a copy, as for two projections: ``swiglu``)."""
+    if second:
+        up, gate = gate_up.chunk(2, dim=-1)
+        return swiglu(act, gate, up, site=site)
     if _record(site, _swiglu_input_why(gate_up) if is_silu(act) else _NOT_SILU):
         return torch_npu.npu_swiglu(gate_up, dim=-1)
     gate, up = gate_up.chunk(2, dim=-1)
@@ -134,8 +139,9 @@ def _geglu_first(device):
     return flag
 
 
-def _geglu(gate_up, approximate, site):
-    """npu_geglu on [gate | up] with the gate activated, or None when it does not apply."""
+def _geglu(gate_up, approximate, site, second=False):
+    """npu_geglu on [gate | up] with the gate activated (``second``: on [up | gate], the second half
+    activated), or None when it does not apply."""
     mode = _GELU_MODES.get(approximate)
     why = "the activation is not a GELU npu_geglu computes" if mode is None else _swiglu_input_why(gate_up)
     flag = _geglu_first(gate_up.device) if why is None else None
@@ -143,45 +149,64 @@ def _geglu(gate_up, approximate, site):
         why = "npu_geglu's activate_left is not known yet under torch.compile"
     if not _record(site, why):
         return None
-    return torch_npu.npu_geglu(gate_up, dim=-1, approximate=mode, activate_left=flag)[0]
+    return torch_npu.npu_geglu(gate_up, dim=-1, approximate=mode, activate_left=flag != second)[0]
 
 
 def _gelu(act, approximate):
     return act if act is not None else lambda t: torch.nn.functional.gelu(t, approximate=approximate)
 
 
-def geglu_halves(act, gate_up, approximate=None, *, site=None):
+def geglu_halves(act, gate_up, approximate=None, *, second=False, site=None):
     """``gate, up = gate_up.chunk(2, dim=-1); act(gate) * up`` for a GELU ``act`` (``None``: ``F.gelu``
-    with ``approximate``) on npu_geglu, the original elsewhere."""
-    fused = _geglu(gate_up, approximate or gelu_approximation(act), site)
+    with ``approximate``) on npu_geglu, the original elsewhere. ``second``: the second half is the gate
+    (``up, gate = ...``), which npu_geglu's ``activate_left`` activates in place (no copy)."""
+    fused = _geglu(gate_up, approximate or gelu_approximation(act), site, second)
     if fused is not None:
         return fused
     gate, up = gate_up.chunk(2, dim=-1)
+    if second:
+        gate, up = up, gate
     return _gelu(act, approximate)(gate) * up
+
+
+_NOT_GELU = "the activation is not a GELU npu_geglu computes"
+
+
+def geglu(act, gate, up, approximate=None, *, site=None):
+    """``act(gate) * up`` for a GELU ``act`` (``None``: ``F.gelu`` with ``approximate``) and separate gate
+    and up values: npu_geglu on the two concatenated (as ``swiglu``); the original elsewhere."""
+    approximate = approximate or gelu_approximation(act)
+    gelu = _gelu(act, approximate)
+    gate_up, why = _gate_up(gate, up) if approximate in _GELU_MODES else (None, _NOT_GELU)
+    if why is not None:
+        _record(site, why)
+    fused = _geglu(gate_up, approximate, site) if why is None else None
+    return fused if fused is not None else gelu(gate) * up
 
 
 def geglu_linear(act, gate, up, x, *, approximate=None, up_first=False, site=None):
     """``act(gate(x)) * up(x)`` for a GELU ``act`` (``None``: ``F.gelu`` with ``approximate``) and two
     projection modules called as the original calls them (as ``swiglu_linear``), then npu_geglu on
-    their outputs concatenated; the original elsewhere."""
+    their outputs concatenated (``geglu``); the original elsewhere."""
     approximate = approximate or gelu_approximation(act)
-    gelu = _gelu(act, approximate)
     if approximate not in _GELU_MODES:
-        _record(site, "the activation is not a GELU npu_geglu computes")
-        return _gated(gelu, gate, up, x, up_first)
-    gate_out, up_out = _projections(gate, up, x, up_first)
-    gate_up, why = _gate_up(gate_out, up_out)
-    if why is not None:
-        _record(site, why)
-    fused = _geglu(gate_up, approximate, site) if why is None else None
-    return fused if fused is not None else gelu(gate_out) * up_out
+        _record(site, _NOT_GELU)
+        return _gated(_gelu(act, approximate), gate, up, x, up_first)
+    return geglu(act, *_projections(gate, up, x, up_first), approximate, site=site)
 
 
-def glu_halves(act, gate_up, *, site=None):
+def glu(act, gate, up, *, site=None):
+    """``swiglu`` or ``geglu`` for an activation known only at run time (``ACT2FN[...]``)."""
+    if gelu_approximation(act) is not None:
+        return geglu(act, gate, up, site=site)
+    return swiglu(act, gate, up, site=site)
+
+
+def glu_halves(act, gate_up, *, second=False, site=None):
     """``swiglu_halves`` or ``geglu_halves`` for an activation known only at run time (``ACT2FN[...]``)."""
     if gelu_approximation(act) is not None:
-        return geglu_halves(act, gate_up, site=site)
-    return swiglu_halves(act, gate_up, site=site)
+        return geglu_halves(act, gate_up, second=second, site=site)
+    return swiglu_halves(act, gate_up, second=second, site=site)
 
 
 def glu_linear(act, gate, up, x, *, up_first=False, site=None):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
+import libcst as cst
+
 from ...refusal import Refusal, RefusalKind, blocked
 from ...view.values import number, same_value
 from ...view import Value, View
@@ -26,7 +28,7 @@ ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.ACT: "runtime", Op.RELU: "re
 TENSOR_PROJECTIONS = ("linear", "matmul", "einsum")
 
 GEGLU_PLAN = plan("mlp.geglu_split")
-ORDER_PLAN = plan("mlp.gate_second")
+SPLIT_PLAN = plan("mlp.split_dim")
 STACK_PLAN = plan("mlp.stacked")
 CLIPPED_PLAN = plan("mlp.clipped")
 KERNEL_PLAN = plan("mlp.no_kernel")
@@ -37,7 +39,9 @@ class Gated:
     product: Value
     act: Value  # the activation's value (a call of the activation)
     kind: str  # "silu" (proven), "gelu" (proven), "runtime" (an activation module known at run time)
-    form: str  # "projections" (two module calls on one input), "halves" (chunk(2)), "tensors" (other)
+    # "projections" (two module calls on one input), "halves" (chunk(2)), "tensors" (two weights), "operands"
+    # (gate and up as the code computes them from such a pair: scaled, or halves in the other order)
+    form: str
     gate: Value  # the activation's input
     up: Value
     source: Optional[Value] = None  # projections: the shared input; halves: the split tensor
@@ -46,6 +50,8 @@ class Gated:
     weights: Tuple[Optional[Value], Optional[Value]] = (None, None)  # tensors: the gate and up weights
     equation: Optional[str] = None  # tensors: the einsum equation (None: matmul)
     dim: int = -1  # tensors: the weight axis that becomes the output's last
+    second: bool = False  # halves: the second half is the gate (``up, gate = t.chunk(2, dim=-1)``)
+    scales: str = ""  # operands: what is scaled ("halves" or "projections": the form of the pair unscaled)
 
 
 Match = Union[Gated, Refusal]
@@ -68,15 +74,26 @@ def gated_in(view: View) -> List[Match]:
 
 def activation(value: Value) -> Optional[Tuple[str, Value]]:
     """(kind, input) when ``value`` applies an activation to one tensor: a known activation op, or a
-    module attribute or a parameter called on one tensor (known only at run time)."""
+    module attribute (``self.act``, ``self.config.activation_func``) or a parameter called on one
+    tensor (known only at run time)."""
     kind = ACTIVATIONS.get(value.op)
     if kind is not None and value.input is not None:
         return kind, value.input
     if value.op == Op.CALL and set(value.kw) == {"callee", "arg0"}:
         callee = value["callee"]
-        if _self_attribute(callee) or callee.op == Op.PARAM:
+        if (_self_attribute(callee, chained=True) and not _torch_module(callee)) or callee.op == Op.PARAM:
             return "runtime", value["arg0"]
     return None
+
+
+def _torch_module(callee: Value) -> bool:
+    """``self.<attr>`` set in ``__init__`` to a torch module the view does not read as an activation
+    (``nn.LayerNorm(...)``, ``nn.Conv1d(...)``): known not to be one."""
+    scope = callee.view.scope if callee.view is not None else None
+    made = scope.attributes.get(callee.name) if scope is not None and callee.input.op == Op.PARAM else None
+    if not isinstance(made, cst.Call) or not isinstance(made.func, (cst.Name, cst.Attribute)):
+        return False
+    return (scope.qualify(made.func) or "").startswith("torch.")
 
 
 def _product(product: Value) -> Optional[Match]:
@@ -91,7 +108,8 @@ def _product(product: Value) -> Optional[Match]:
             if clamped is not None:
                 return blocked(product.node, "clamped SwiGLU not fused: npu_clipped_swiglu computes it, but the "
                                              "emulated NPU cannot prove the rewrite", CLIPPED_PLAN)
-        match = _halves(product, act_value, kind, gate, up) or _projections(product, act_value, kind, gate, up)
+        match = _halves(product, act_value, kind, gate, up) or _projections(product, act_value, kind, gate, up) \
+            or _scaled(product, act_value, kind, gate, up)
         if match is None:
             continue
         if isinstance(match, Gated) and kind not in ("silu", "gelu", "runtime"):
@@ -116,11 +134,10 @@ def _halves(product, act_value, kind, gate, up) -> Optional[Match]:
     if g is None or u is None or g[0] is not u[0] or {g[1], u[1]} != {0, 1}:
         return None
     (tensor, first, last_dim) = g
-    if first != 0 or not last_dim:
-        why = "the second half is activated" if first != 0 else "the split is not along the last dim"
-        return blocked(product.node, f"gated MLP not fused: {why}, but npu_swiglu/npu_geglu activate the first "
-                                     "half of the last dim", ORDER_PLAN)
-    return Gated(product, act_value, kind, "halves", gate, up, source=tensor, cast=cast)
+    if not last_dim:
+        return blocked(product.node, "gated MLP not fused: the split is not along the last dim (the rule writes "
+                                     "the kernels' split of the last dim)", SPLIT_PLAN)
+    return Gated(product, act_value, kind, "halves", gate, up, source=tensor, cast=cast, second=first != 0)
 
 
 def _half(value: Value) -> Optional[Tuple[Value, int, bool]]:
@@ -160,6 +177,37 @@ def _projections(product, act_value, kind, gate, up) -> Optional[Match]:
         return Gated(product, act_value, kind, "tensors", gate, up, source=source,
                      weights=(_weight(gate), _weight(up)), equation=stacked[0], dim=stacked[1])
     return None
+
+
+# -- gate and up scaled after the projection ---------------------------------------------------------
+def _scaled(product, act_value, kind, gate, up) -> Optional[Match]:
+    """``act(g * s) * u`` (or ``u * s``, ``s * g``, ``g / s``) where ``g`` and ``u`` are the two halves of one
+    split or two projections of one input: the gate and up values go to the kernel as the code computes
+    them (the helpers concatenate them: npu_swiglu/npu_geglu read [gate | up])."""
+    g, u = _unscaled(gate), _unscaled(up)
+    if g is gate and u is up:
+        return None
+    pair = _halves(product, act_value, kind, g, u) or _projections(product, act_value, kind, g, u)
+    if not isinstance(pair, Gated):
+        return pair
+    return Gated(product, act_value, kind, "operands", gate, up, scales=pair.form)
+
+
+def _unscaled(value: Value) -> Value:
+    """The projection or half that ``value`` scales (``p * s``, ``s * p``, ``p / s``, repeatedly:
+    ``p * s * 2.0``), else ``value``."""
+    current = value
+    while current.op in (Op.MUL, Op.DIV):
+        sides = [s for s in ((current.input, current["other"]) if current.op == Op.MUL else (current.input,))
+                 if s is not None]
+        for side in sides:
+            if _projection(side) is not None or _half(side) is not None:
+                return side
+        nested = [side for side in sides if side.op in (Op.MUL, Op.DIV)]
+        if len(nested) != 1:
+            break
+        current = nested[0]
+    return value
 
 
 def _stacking(projection: Value) -> Union[Tuple[Optional[str], int], Refusal]:
@@ -211,6 +259,10 @@ def _same_weight(a: Value, b: Value) -> bool:
     return same_value(wa, wb) or (wa.op == wb.op == Op.ATTR and wa.name == wb.name and same_value(wa.input, wb.input))
 
 
-def _self_attribute(value: Optional[Value]) -> bool:
+def _self_attribute(value: Optional[Value], chained: bool = False) -> bool:
+    """``self.<attr>`` (``chained``: also ``self.<attr>.<attr>...``)."""
+    while chained and value is not None and value.op == Op.ATTR and value.input is not None \
+            and value.input.op == Op.ATTR:
+        value = value.input
     return (value is not None and value.op == Op.ATTR and value.input is not None and value.input.op == Op.PARAM
             and value.input.name == "self")

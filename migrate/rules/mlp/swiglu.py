@@ -1,14 +1,16 @@
-"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` / ``npu_geglu`` (which activate the FIRST half;
-the matcher is ``mlp._match``), or reported with a plan. Each code's page is its part below.
+"""NPU330/NPU331: gated MLPs → ``torch_npu.npu_swiglu`` (activates the first half) / ``npu_geglu``
+(either half: ``activate_left``; the matcher is ``mlp._match``), or reported with a plan. Each code's page is its part below.
 
 # NPU330
 ## What it does
 Rewrites the gated product of an MLP, found on the dataflow view however it is spelled: `act(gate) *
 up` or `up * act(gate)`, in one expression or over several statements (litgpt's `x_fc_1 =
 self.fc_1(x)`, `x_fc_2 = self.fc_2(x)`, `x = F.silu(x_fc_1) * x_fc_2`), `x * torch.sigmoid(x)` as
-SiLU, in loops over experts. `act` is `F.silu`/`F.gelu`, an `nn.SiLU`/`nn.GELU` attribute, or a
-module only known at run time (`ACT2FN[config.hidden_act]`, a constructor argument such as
-torchtune's `activation`). The call emitted depends on the form (all in the vendored `npu_glue.py`):
+SiLU, in loops over experts, in a function defined inside `forward` or a method it calls. `act` is
+`F.silu`/`F.gelu`, an `nn.SiLU`/`nn.GELU` attribute, an attribute set to `F.silu` in `__init__`, or a
+module only known at run time (`ACT2FN[config.hidden_act]`, `self.config.activation_func`, a
+constructor argument such as torchtune's `activation`). No name decides: the same code under any
+class, function or attribute name gives the same finding. The call emitted depends on the form (all in the vendored `npu_glue.py`):
 
 * two projections of one input by modules (`self.gate_proj(x)`, `self.up_proj(x)`) →
   `npu_glue.swiglu_linear(act, self.gate_proj, self.up_proj, x)` (`geglu_linear` for a GELU,
@@ -16,7 +18,12 @@ torchtune's `activation`). The call emitted depends on the form (all in the vend
   their outputs concatenated, then the fused kernel;
 * a fused projection split in two, `gate, up = self.gate_up_proj(x).chunk(2, dim=-1)` (also by
   index, `torch.chunk`, or with both halves cast) → `npu_glue.swiglu_halves(act,
-  self.gate_up_proj(x))` (`geglu_halves`, `glu_halves`);
+  self.gate_up_proj(x))` (`geglu_halves`, `glu_halves`); the second half activated (`up, gate =
+  ...`) → the same with `second=True`: npu_geglu's `activate_left` picks the half, npu_swiglu gets
+  the halves swapped into [gate | up] (a copy, as for two projections);
+* gate and up scaled before the product (`act(self.w1(x) * scale) * self.w3(x)`) →
+  `npu_glue.swiglu(act, gate=..., up=...)` (`geglu`, `glu`) on the values the code computes, in its
+  order;
 * two einsum/matmul/bmm products of one input with two weights (expert MLPs, `einsum("ecd,edf->ecf",
   x, self.w1)`) → `npu_glue.swiglu_stacked(act, x, self.w1, self.w3)`: both products made as the
   original makes them, their outputs concatenated, then the fused kernel (training too);
@@ -33,7 +40,8 @@ with the projections computed as one matmul the gated MLP costs one matmul and o
 kernel, with no copy of the activations.
 
 ## Fix safety
-Both kernels activate the FIRST half, so the gate goes first. At run time the helpers check that the
+npu_swiglu activates the first half, so the gate goes first (swapped by a copy for a split whose
+second half is the gate); npu_geglu takes the half as `activate_left`. At run time the helpers check that the
 activation is SiLU (`F.silu`, exactly `nn.SiLU`, transformers' `SiLUActivation`) or a GELU whose
 approximation they can name (`F.gelu`/`nn.GELU` with "none" or "tanh", transformers' GELU classes),
 that the two outputs have one shape and dtype; the projections are always called as the original
@@ -59,7 +67,7 @@ separate projections are not matched (the residual pass reports them).
 Reports gated MLPs (`act(gate) * up` of two projections of one input, or of the halves of one split
 projection) that NPU330 leaves as they are, with the reason:
 
-* a split whose SECOND half is activated, or that is not along the last dim;
+* a split that is not along the last dim;
 * an activation with no fused kernel (ReLU, sigmoid, tanh gates);
 * GeGLU over einsum/matmul products (npu_geglu would need a copy of both halves per call);
 * F.linear projections with biases or einsums whose output's last dim is not the weight's own;
@@ -105,17 +113,9 @@ from ....opmap import plan
 from ...view.ops import Op
 
 REPORT = "NPU331"
-HINTS = frozenset({"silu", "SiLU", "gelu", "GELU", "relu", "ReLU", "sigmoid", "chunk"})
 REUSE_PLAN = plan("mlp.reuse")
 SILU = "torch.nn.functional.silu"
-ACTIVATION_NAMES = ("silu", "gelu", "relu", "sigmoid")
 EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
-
-
-def names_activation(names: Set[str], aliases: Set[str]) -> bool:
-    """The vocabulary of the cheap test: an activation hint, a local name imported as an activation
-    (``aliases``), or a name that starts with ``act`` or holds ``activation``."""
-    return bool(names & HINTS or names & aliases) or any(n.startswith("act") or "activation" in n for n in names)
 
 
 class SwiGlu(Rule):
@@ -127,7 +127,9 @@ class SwiGlu(Rule):
                        "gated MLPs the fused kernels cannot express exactly (reported, not rewritten)",
                        example="swiglu_reported", doc=__doc__),
     )
-    triggers = (b"silu", b"SiLU", b"act", b"gelu", b"GELU", b"relu", b"ReLU", b"chunk")
+    # a product (what decides is the dataflow, never a name: ``self.nonlin`` is an activation too), or an
+    # experts class the library gates
+    triggers = (b"*", b"mul", EXPERTS_DECORATOR.encode())
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
@@ -148,13 +150,9 @@ class SwiGlu(Rule):
 
     @classmethod
     def may_find(cls, words) -> bool:
-        """``_may_gate`` for some function (an imported activation is named by its import), or an
-        experts class's decorator (``_swiglu_experts``: named, as a name or an attribute, however it
-        is imported)."""
-        if EXPERTS_DECORATOR in words.names:
-            return True
-        aliases = {n for n in words.names if n.lower() in ACTIVATION_NAMES} | words.may_denote(())
-        return any(names_activation(f.names, aliases) and ("mul" in f.names or f.multiplies) for f in words.functions)
+        """``_may_gate`` for some function, or an experts class's decorator (``_swiglu_experts``: named,
+        as a name or an attribute, however it is imported)."""
+        return EXPERTS_DECORATOR in words.names or any("mul" in f.names or f.multiplies for f in words.functions)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         """An MoE experts class that transformers gates with its library default (``mlp._experts``)."""
@@ -168,22 +166,13 @@ class SwiGlu(Rule):
                          target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
-        """The cheap filter before the view is built: the function names an activation (or a split)
-        and multiplies."""
-        names = self.ctx.tree.names(func.body)
-        if not names_activation(names, self._aliases()):
-            return False
-        return "mul" in names or any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
-                                     or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
-                                     for n in self.ctx.tree.subtree(func.body))
-
-    def _aliases(self) -> Set[str]:
-        """Local names imported as an activation (``from torch.nn.functional import silu as swish``)."""
-        found = getattr(self, "_alias_names", None)
-        if found is None:
-            found = self._alias_names = {local for local, bound in self.ctx.names.imports.items()
-                                         if any(q.rsplit(".", 1)[-1].lower() in ACTIVATION_NAMES for q in bound)}
-        return found
+        """The cheap filter before the view is built: the function multiplies. (No name decides: an
+        activation may be any attribute, ``self.nonlin`` set from a config, and the same code under
+        other names must give the same finding.)"""
+        return "mul" in self.ctx.tree.names(func.body) or any(
+            isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+            or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
+            for n in self.ctx.tree.subtree(func.body))
 
     # -- the fused call ---------------------------------------------------------------------------
     def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], Refusal]:
@@ -209,7 +198,7 @@ class SwiGlu(Rule):
         act_text = put("act", act) if not isinstance(act, str) else act
         glu = {"silu": "swiglu", "gelu": "geglu", "runtime": "glu"}[m.kind]
         approximate = [f"approximate={self._approximate(m)}"] if m.kind == "gelu" and act == "None" else []
-        order = ["up_first=True"] if m.form != "halves" and self._up_first(m) else []
+        order = ["up_first=True"] if m.form not in ("halves", "operands") and self._up_first(m) else []
         if m.form == "halves":
             tensor = put("tensor", m.source)
             if m.cast is not None:
@@ -218,6 +207,15 @@ class SwiGlu(Rule):
                     return unavailable("the halves are cast to a dtype that is not a plain name")
                 tensor = f"{tensor}.{cast}"
             args, what = [act_text, tensor], "fused gate_up projection split with chunk(2)"
+            if m.second:
+                args, what = args + ["second=True"], "fused up_gate projection split with chunk(2), the second half " \
+                                                     "activated"
+        elif m.form == "operands":  # keywords in the original's order: the operands are evaluated as there
+            pair = [("gate", m.gate), ("up", m.up)]
+            args = [act_text, *(f"{role}={put(role, value)}" for role, value in
+                                (reversed(pair) if self._up_first(m) else pair))]
+            what = {"halves": "halves of a projection split with chunk(2), scaled before the product",
+                    "projections": "gate and up projections, scaled before the product"}[m.scales]
         elif m.form == "projections":
             args = [act_text, put("gate", m.modules[0]), put("up", m.modules[1]), put("x", m.source)]
             glu, what = f"{glu}_linear", "gate and up projections"
@@ -284,7 +282,8 @@ class SwiGlu(Rule):
         block, index = enclosing_block(m.product.node, parents)
         if block is None:
             return unplaced("the product is not inside a block of statements")
-        kept = [m.source, *m.modules, *m.weights, m.act["module"], m.act["callee"]]
+        kept = [*([m.gate, m.up] if m.form == "operands" else [m.source, *m.modules, *m.weights]),
+                m.act["module"], m.act["callee"]]
         kept = [v for v in kept if v is not None]
         feeders: Set[int] = set()
         outside = []
@@ -316,7 +315,7 @@ class SwiGlu(Rule):
         else:
             return first
         text, holes, what = made
-        if m.form != "halves":
+        if m.form not in ("halves", "operands"):
             what = what[:-1] + " in separate statements)" if feeders else what.replace("(gate", "(separate gate")
         in_place(self, m.product.node, Written("", text, self._message(m, what), holes=tuple(holes.items())),
                  target=self._target(m), helpers=[HELPER], folded=(block, min(feeders), index) if feeders else None)
@@ -335,6 +334,10 @@ class SwiGlu(Rule):
         else:
             shown = "torch_npu.npu_swiglu / npu_geglu"
             proof = f"`{code(self._act(m).node)}` checked to be SiLU or GELU at run time"
+        if m.second:  # npu_geglu activates either half (activate_left); npu_swiglu only the first
+            proof += {"silu": "; the halves swapped into [gate | up] by a copy per call",
+                      "gelu": "; npu_geglu's activate_left set to activate the second half"}.get(
+                m.kind, "; for SiLU the halves swapped by a copy per call, for GELU npu_geglu's activate_left set")
         return f"{label} → {shown} (guarded: {proof}; original kept)"
 
     def _optional_up(self, m: Gated, view, block, index, parents) -> Optional[Refusal]:

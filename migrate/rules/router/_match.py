@@ -12,8 +12,10 @@ the weights the experts' outputs are scaled by. Three kinds, one per torch_npu k
   (``routed_scaling_factor``) → ``npu_moe_gating_top_k``.
 
 ``routers_in(view)`` returns a ``Router`` per top-k that is a router, or a ``Refusal`` one (why the
-kernels cannot express it, with a plan). A top-k in a function that names no expert, router, gate or
-MoE is not a router (top-k sampling, detection post-processing).
+kernels cannot express it, with a plan). What is a router is read from the dataflow alone, never from
+the names of classes, functions or variables: the same code gives the same match under any name. A
+top-k of values no softmax or sigmoid computed is not one (top-k sampling of raw logits); a softmax →
+top-k anywhere is computed exactly by the gating kernel, whatever the code calls it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import libcst as cst
 from ...refusal import Refusal, blocked
 from ...view.values import number
 from ._groups import Groups, masked
+from ._region import home_node
+from ._scores import across_dims, biased, chosen_by, from_parameter, mentions_scores, recast
 from ...view import Value, View
 from ....opmap import plan
 from ...view.ops import Op
 
-WORDS = ("expert", "router", "routing", "moe", "gate", "gating")
 
 PLANS = {"dims": plan("moe.dims"), "scores": plan("moe.scores"), "renorm": plan("moe.renorm")}
 
@@ -50,6 +53,7 @@ class Router:
     bias: Optional[Value] = None
     groups: Optional[Groups] = None
     experts: Optional[Value] = None  # scores reshaped to (-1, experts) before the bias
+    rounded: Optional[Value] = None  # a cast of the scores before the choice (``.type_as(logits)``): checked to keep their dtype
     scale: Optional[Value] = None
     eps: Optional[Value] = None
     renormalised: bool = False
@@ -69,14 +73,13 @@ def routers_in(view: View) -> List[Match]:
         for value in graph.values:
             if value.op == Op.TOPK:
                 match = _router(value, graph)
+                if isinstance(match, Refusal) and not view.home(value):  # a helper's: point at its call here
+                    match = Refusal(match.kind, match, match.name, node=match.node, fallback=match.fallback,
+                                    root=home_node(view, value, view.parents))
                 if match is not None:
                     found.append(match)
         view._routers = found
     return found
-
-
-def names_a_router(names, extra=()) -> bool:
-    return any(word in name.lower() for name in (*names, *extra) for word in WORDS)
 
 
 def _bound_items(topk: Value, parents) -> Optional[List[int]]:
@@ -128,9 +131,9 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
             return None
         # bound by ``a, b = topk(...)``, then lost to the view (set on one path of an if only): the
         # statement's names stand for them, whatever reads them later
-        firsts, indices = [Value(Op.ITEM, {"input": topk}, view=topk.view, number=i) for i in bound], \
-            [Value(Op.ITEM, {"input": topk}, view=topk.view, number=1)]
-        firsts = [item for item in firsts if item.number == 0]
+        made = [Value(Op.ITEM, {"input": topk}, view=topk.view, number=i) for i in bound]
+        indices = [Value(Op.ITEM, {"input": topk}, view=topk.view, number=1)]
+        firsts = firsts or [item for item in made if item.number == 0]  # (the values, when something reads them)
     if any(use.op == Op.SCATTER and use["index"] is index and number(use["src"]) == 1
            for index in indices for use in graph.uses(index)):
         return None  # the groups chosen for a group-limited router (a mask of ones), not the experts
@@ -139,23 +142,26 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     found = masked(selection) if selection is not None else None
     if found is not None:
         groups, selection = found
-    scores, bias, experts = _biased(selection)
-    if scores is None and selection.op == Op.ADD and _from_parameter(selection):
+    scores, bias, experts, rounded = biased(selection)
+    if scores is None and selection.op == Op.ADD and from_parameter(selection):
         return None  # a helper choosing from scores its caller computes: read where it is inlined
     if scores is None:
-        if groups is None and selection.op != Op.ADD and not _mentions_scores(selection):
+        if groups is None and selection.op != Op.ADD and not mentions_scores(selection):
             return _topk_softmax(topk, graph, indices, firsts)
-        return blocked(topk.node, "MoE router not fused: the experts are chosen by scores that are not softmax or "
-                                  "sigmoid of the logits (plus a bias)", PLANS["scores"])
+        if across_dims(selection):
+            return None  # one top-k over several dims of the scores (detection post-processing): no choice per row
+        return blocked(topk.node, f"MoE router not fused: {chosen_by(selection, _argument(topk))}", PLANS["scores"])
     if not _last(topk["dim"], default=True) or (scores.op == Op.SOFTMAX and not _last(scores["dim"])):
         return blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
     # the top-k values are the unbiased scores (masked experts, -inf or 0 below every kept score, are never chosen)
-    weights = _gathered(scores, indices[0], graph) or (firsts[0] if firsts and bias is None else None)
+    weights = _gathered(rounded or scores, indices[0], graph) or (firsts[0] if firsts and bias is None else None)
+    weights = recast(weights, rounded, graph)
     if weights is None and any(graph.uses(first) for first in firsts):
         return blocked(topk.node, "MoE router not fused: its weights are the top-k of the biased or masked selection "
                                   "scores, which no gating kernel returns", PLANS["scores"])
     router = Router(topk, "softmax", scores.input, topk["k"], weights, indices[0], probs=scores, norm=scores.op,
-                    dim=scores["dim"], dtype=_dtype(scores), bias=bias, groups=groups, experts=experts)
+                    dim=_checked_dim(scores["dim"], topk["dim"]), dtype=_dtype(scores), bias=bias, groups=groups,
+                    experts=experts, rounded=rounded)
     if scores.op == Op.SOFTMAX and groups is None and bias is None:
         return router
     router.kind = "grouped"
@@ -166,58 +172,25 @@ def _router(topk: Value, graph: _Graph) -> Optional[Match]:
     return router
 
 
+def _argument(topk: Value) -> Optional[cst.CSTNode]:
+    """The code of what the top-k chooses from: ``x`` of ``torch.topk(x, k)`` or of ``x.topk(k)``."""
+    node = topk.node
+    if not isinstance(node, cst.Call):
+        return None
+    if topk.view is not None and topk.view.scope.qualify(node.func) == "torch.topk":
+        return node.args[0].value if node.args else None
+    return node.func.value if isinstance(node.func, cst.Attribute) else None
+
+
 def _last(dim: Optional[Value], default: bool = False) -> bool:
     """The dim is the last one: -1, or 1 (the last of 2-D logits, checked at run time)."""
     return default if dim is None else number(dim) in (-1, 1)
 
 
-def _biased(selection: Value) -> Tuple[Optional[Value], Optional[Value], Optional[Value]]:
-    """(scores, bias, experts) for softmax/sigmoid ``scores + bias`` (``bias.unsqueeze(0)`` and
-    ``scores.view(-1, E)`` looked through), (scores, None, None) without a bias, else Nones."""
-    if selection.op in (Op.SOFTMAX, Op.SIGMOID):
-        return selection, None, None
-    if selection.op != Op.ADD:
-        return None, None, None
-    for scores, bias in ((selection.input, selection["other"]), (selection["other"], selection.input)):
-        experts = None
-        if scores is not None and scores.op == Op.RESHAPE and scores["*rest"] is not None \
-                and len(scores["*rest"].items) == 2 and number(scores["*rest"].items[0]) == -1:
-            scores, experts = scores.input, scores["*rest"].items[1]
-        if bias is not None and bias.op == Op.UNSQUEEZE and number(bias["dim"]) == 0:
-            bias = bias.input
-        if bias is not None and bias.op == Op.CAST:
-            bias = bias.input
-        if scores is not None and scores.op in (Op.SOFTMAX, Op.SIGMOID) and not _mentions(bias, scores):
-            return scores, bias, experts
-    return None, None, None
-
-
-def _from_parameter(selection: Value) -> bool:
-    """``scores (+ bias)`` where the scores are the function's parameter (reshaped at most)."""
-    sides = (selection.input, selection["other"]) if selection.op == Op.ADD else (selection,)
-    for side in sides:
-        while side is not None and side.op == Op.RESHAPE:
-            side = side.input
-        if side is not None and side.op == Op.PARAM and side.name != "self":
-            return True
-    return False
-
-
-def _mentions_scores(value: Optional[Value], depth: int = 4) -> bool:
-    """A softmax or sigmoid a few steps below ``value`` (scores transformed before the choice)."""
-    if value is None or depth < 0:
-        return False
-    if value.op in (Op.SOFTMAX, Op.SIGMOID) or (value.op == Op.ACT and depth < 4):
-        return True
-    return any(_mentions_scores(v, depth - 1) for v in (*value.kw.values(), *value.items))
-
-
-def _mentions(value: Optional[Value], target: Value, depth: int = 8) -> bool:
-    if value is None or depth < 0:
-        return False
-    if value is target:
-        return True
-    return any(_mentions(v, target, depth - 1) for v in (*value.kw.values(), *value.items))
+def _checked_dim(softmax_dim: Optional[Value], topk_dim: Optional[Value]) -> Optional[Value]:
+    """The dim the guard checks to be the last: the top-k's when it is 1 (the last of 2-D logits only),
+    else the softmax's (both are -1 or 1: ``_last``)."""
+    return topk_dim if number(topk_dim) == 1 else softmax_dim
 
 
 def _gathered(scores: Value, indices: Value, graph: _Graph) -> Optional[Value]:
@@ -232,6 +205,12 @@ def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match
     """``values, experts = topk(logits, k)`` then ``softmax(values)``."""
     softmaxes = [u for first in firsts for u in graph.uses(first) if u.op == Op.SOFTMAX]
     if len(softmaxes) != 1:
+        merged = [u for first in firsts for phi in graph.uses(first) if phi.op == Op.PHI
+                  for u in (phi, *_below(phi, graph, 2)) if u.op in (Op.SOFTMAX, Op.SIGMOID)]
+        if merged:  # the top-k on one branch of an if, another value on the other, then the softmax
+            return blocked(topk.node, f"MoE router not fused: the {merged[0].op} after the top-k reads its values "
+                                      "from one branch of an `if` only (the other branch sets them otherwise)",
+                           PLANS["scores"])
         later = [u for first in firsts for u in _below(first, graph, 3) if u.op in (Op.SOFTMAX, Op.SIGMOID)]
         if later:  # llama4: the top-k logits scattered back over all experts, then a sigmoid
             return blocked(topk.node, f"MoE router not fused: a {later[0].op} computed after the top-k of the raw "
@@ -240,8 +219,8 @@ def _topk_softmax(topk: Value, graph: _Graph, indices, firsts) -> Optional[Match
     softmax = softmaxes[0]
     if not (_last(topk["dim"], default=True) and _last(softmax["dim"])):
         return blocked(topk.node, "MoE router not fused: softmax/top-k not over the experts' (last) dim", PLANS["dims"])
-    return Router(topk, "topk_softmax", topk.input, topk["k"], softmax, indices[0], dim=softmax["dim"],
-                  dtype=_dtype(softmax))
+    return Router(topk, "topk_softmax", topk.input, topk["k"], softmax, indices[0],
+                  dim=_checked_dim(softmax["dim"], topk["dim"]), dtype=_dtype(softmax))
 
 
 def _dtype(softmax: Value) -> Optional[Value]:

@@ -42,7 +42,7 @@ def branching(r, piece: Slice) -> Optional[Refusal]:
 
 
 # -- where the router is ---------------------------------------------------------------------------
-def _home_node(view, value, parents) -> Optional[cst.CSTNode]:
+def home_node(view, value, parents) -> Optional[cst.CSTNode]:
     """The node of this function that computes ``value``: its own, or for a value of an inlined helper
     the call of that helper."""
     if value.node is None:
@@ -74,7 +74,7 @@ def router_slice(view, roots: Sequence, operands: Sequence, parents) -> Union[Sl
     nodes = []
     for root in roots:
         for value in [root, *interior(root, operands)]:
-            node = _home_node(view, value, parents)
+            node = home_node(view, value, parents)
             if node is not None:
                 nodes.append(node)
     if not nodes:

@@ -49,8 +49,8 @@ self.topk_method == ...:`), are reported (NPU341).
 
 # NPU341
 ## What it does
-Reports routers (a top-k over expert scores, in a function that names an expert, router, gate or
-MoE) that NPU340 leaves as they are, with the reason:
+Reports routers (a top-k over expert scores, found by dataflow alone: no class, function or variable
+name decides) that NPU340 leaves as they are, with the reason:
 
 * softmax or top-k over another dim than the experts' (expert choice: top-k over tokens);
 * experts chosen by scores that are not softmax or sigmoid of the logits (+ a bias): a bias added to
@@ -92,8 +92,10 @@ from ...refusal import Refusal, RefusalKind, unavailable, unbound
 from ...view.values import number
 from ...view.emit import Written, place, sited
 from ...view.regions import Slice, operand_code, statement_of
-from ._region import TEMP, bound, branching, env_after, named, router_slice, tail_of
-from ._match import Router, names_a_router, routers_in
+from ._region import TEMP, bound, branching, env_after, home_node, named, router_slice, tail_of
+from ._match import Router, routers_in
+from ...view.build import INLINE_DEPTH
+from ...view.scope import closure, module_functions
 from ...view.spellings import CAST_METHODS
 from ...view.syntax import code
 from .._table import TORCH_NPU
@@ -125,45 +127,70 @@ class MoeGating(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._done: Set[int] = set()  # top-k nodes already handled (a helper is read alone and where it is inlined)
-        self._blocked: Dict[int, Refusal] = {}  # reported at the end of the file, unless fused at a caller
+        # top-k nodes already handled: id(node) where it is written, (id(node), id(call)) for a helper's top-k
+        # read where a call inlines it (a helper is read alone and at each call)
+        self._done: Set[object] = set()
+        self._blocked: Dict[object, tuple] = {}  # (refusal, site) reported at the end of the file, unless fused
+        self._functions: Optional[Dict[str, cst.FunctionDef]] = None  # the module's functions bound once
 
     @classmethod
     def may_find(cls, words) -> bool:
-        """The test of ``visit_FunctionDef`` for some function."""
-        return any(any(TOPK in name for name in f.names) and names_a_router(f.names, [f.name, f.owner or ""])
-                   for f in words.functions)
+        """The test of ``visit_FunctionDef`` for some function (with the helpers it calls)."""
+        return any(any(TOPK in name for name in words.reach(f).names) for f in words.functions)
 
     def leave_Module(self, node: cst.Module) -> None:
         parents = self.ctx.tree.parents()
-        for key, match in self._blocked.items():
-            if key not in self._done:
-                self.report(statement_of(match.node, parents), match.reason, fallback=match.fallback, code=REPORT)
+        fused_somewhere = {key[0] if isinstance(key, tuple) else key for key in self._done}
+        for key, (match, site) in self._blocked.items():
+            if key not in self._done and (isinstance(key, tuple) or key not in fused_somewhere):
+                self.report(statement_of(site, parents), match.reason, fallback=match.fallback, code=REPORT)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if self.ctx.is_helper:
             return
-        names = self.ctx.tree.names(node.body)
-        if not any(TOPK in name for name in names):
-            return
-        holder = self.ctx.tree.parents().get(id(self.ctx.tree.parents().get(id(node))))
-        owner = [holder.name.value] if isinstance(holder, cst.ClassDef) else []
-        if not names_a_router(names, [node.name.value, *owner]):
-            return
+        if not any(TOPK in name for name in self._reach(node)):
+            return  # (what decides is the dataflow below: no name of a class, function or variable)
         view = self.ctx.view(node)
         for match in routers_in(view):
-            topk = match.topk if isinstance(match, Router) else None
-            where = topk.node if topk is not None else match.node
+            where = match.topk.node if isinstance(match, Router) else match.node
             if where is None or self.ctx.migrated(where) or id(where) in self._done or self._migrated_here(match, view):
+                continue  # (fused where it is written: its callers call it as it is now)
+            site = self._site(match, view)  # a helper's top-k inlined here: each call of it is its own site
+            key = id(where) if site is where else (id(where), id(site))
+            if key in self._done:
                 continue
             if isinstance(match, Refusal):
-                self._blocked.setdefault(id(where), match)
+                self._blocked.setdefault(key, (match, site))
                 continue
-            self._done.add(id(where))
+            self._done.add(key)
             problem = self._fuse(match, view)
             if problem is not None:
-                anchor = statement_of(where, self.ctx.tree.parents())
+                anchor = statement_of(site, self.ctx.tree.parents())
                 self.report(anchor, f"MoE router not fused: {problem}", fallback=MOVED_PLAN, code=REPORT)
+
+    def _site(self, match, view) -> cst.CSTNode:
+        """Where the router is in this function: its top-k, or the call of the helper that holds it."""
+        if isinstance(match, Refusal):
+            return match.root or match.node
+        if view.home(match.topk):
+            return match.topk.node
+        return home_node(view, match.topk, self.ctx.tree.parents()) or match.topk.node
+
+    def _reach(self, func: cst.FunctionDef) -> Set[str]:
+        """The names ``func`` reads and those of the helpers of this module it may call (module functions
+        bound once, methods of its class: the view inlines them, up to its depth)."""
+        if self._functions is None:
+            self._functions = module_functions(self.ctx.module)
+        cls, _ = closure(func, self.ctx.tree.parents())
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)} \
+            if cls is not None and isinstance(cls.body, cst.IndentedBlock) else {}
+        found, frontier, seen = set(), [func], set()
+        for _ in range(INLINE_DEPTH + 1):
+            names = set().union(*(self.ctx.tree.names(f.body) for f in frontier if id(f) not in seen))
+            seen.update(id(f) for f in frontier)
+            found |= names
+            frontier = [f for n in names for f in (self._functions.get(n), methods.get(n)) if f is not None]
+        return found
 
     def _migrated_here(self, match, view) -> bool:
         """A router whose values in this function lie in code this tool emitted (a helper it calls,
@@ -217,6 +244,7 @@ class MoeGating(Rule):
                    (", group-limited topk" if r.groups is not None else " → topk")
         kernel = KERNELS[r.kind] + ("_v2" if r.kind == "softmax" and with_probs else "")
         probs = "; the scores come from the kernel" if with_probs else ""
+        probs += "; the cast of the scores checked to keep their dtype" if r.rounded is not None else ""
         training = "inference only; original kept for training" if r.kind != "grouped" or with_probs else \
             "shapes, groups and bias checked at run time; original kept otherwise"
         return f"MoE router {form} (k={k}) → {kernel} (guarded: {training}{probs})"
@@ -231,7 +259,8 @@ class MoeGating(Rule):
                                "starts")
         end = env_after(piece)
         names, tail = {}, []  # tail: the region's last statement rewritten around the kernel's weights
-        for role, value in (("weights", r.weights), ("indices", r.indices), ("probs", r.probs if with_probs else None)):
+        probs = r.rounded or r.probs  # the scores as the code keeps them (cast, when it casts them)
+        for role, value in (("weights", r.weights), ("indices", r.indices), ("probs", probs if with_probs else None)):
             if value is not None:
                 names[role] = bound(piece, end, value)
                 if names[role] is None and role == "weights":
@@ -272,6 +301,12 @@ class MoeGating(Rule):
             if text is None:
                 return unavailable("the flag of its renormalisation is not available where the router starts")
             flags.append(text)
+        if r.rounded is not None:  # exact when the cast keeps the dtype the kernel computes the scores in
+            kept = self._dtype_text(piece, r.rounded, None)
+            computed = self._dtype_text(piece, r.logits, r.dtype) if x != logits else f"{logits}.dtype"
+            if kept is None or computed is None:
+                return unavailable("the dtype the router's scores are cast to is not a plain name")
+            flags.append(f"{kept} == {computed}")
         after = ([f"{i} = {i}.long()\n"] if i != "_" else []) + ([f"{p} = {p}.to({x}.dtype)\n"] if p != "_" else [])
         return Written(sited(guard, flags), call, self._message(r, piece, with_probs),
                        outputs=tuple("" if name == "_" else name for name in (w, i, p)), after=(*after, *tail))

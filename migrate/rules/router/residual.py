@@ -26,8 +26,11 @@ def _weights_discarded(view: View, topk: Value) -> bool:
 def _router(view: View) -> List[Value]:
     found = []
     for value in values(view, Op.TOPK):
-        if _weights_discarded(view, value):
-            continue
+        largest = value["largest"]
+        if largest is not None and largest.op == Op.CONST and largest.number == 0:
+            continue  # the k smallest: not a choice of experts
+        if _weights_discarded(view, value) and peel(value.input) is not None and peel(value.input).op != Op.ADD:
+            continue  # (a biased choice discards its top-k values too: its weights are gathered from the scores)
         scores = peel(value.input)
         if scores is not None and scores.op == Op.ADD:  # sigmoid scores plus a bias
             scores = peel(scores.input) if peel(scores.input).op == Op.SIGMOID else peel(scores["other"])
