@@ -33,7 +33,7 @@ class Function:
     """One ``def`` of the module: what its code names (decorators, parameters and inner defs
     included), whether it multiplies or holds a 0.5 literal."""
 
-    __slots__ = ("name", "owner", "outer", "names", "multiplies", "half", "operators")
+    __slots__ = ("name", "owner", "outer", "names", "multiplies", "products", "half", "operators")
 
     def __init__(self, name: str, owner: Optional[str], outer: Optional["Function"]) -> None:
         self.name = name
@@ -41,6 +41,7 @@ class Function:
         self.outer = outer
         self.names: Set[str] = set()
         self.multiplies = False
+        self.products = False  # a ``*`` or ``*=`` of two values neither of which is a number literal
         self.half = False
         self.operators: Set[str] = set()  # binary operators and augmented assignments, by libcst's names
 
@@ -89,6 +90,7 @@ class Words:
             seen.add(id(current))
             found.names |= current.names
             found.multiplies |= current.multiplies
+            found.products |= current.products
             found.half |= current.half
             found.operators |= current.operators
             stack.extend(f for name in current.names & self._by_name.keys() for f in self._by_name[name])
@@ -124,6 +126,8 @@ class Words:
                     self.multiplies = True
                     if function is not None:
                         function.multiplies = True
+                        operands = (node.left, node.right) if kind is ast.BinOp else (node.value,)
+                        function.products = function.products or not any(map(_number, operands))
                 spelled_as = operator if kind is ast.BinOp else f"{operator}Assign"
                 (self.operators if kind is ast.BinOp else self.augmented).add(spelled_as)
                 if function is not None:
@@ -182,6 +186,7 @@ class Words:
             if outer is not None:
                 outer.names |= function.names
                 outer.multiplies |= function.multiplies
+                outer.products |= function.products
                 outer.half |= function.half
                 outer.operators |= function.operators
             names |= function.names
@@ -297,6 +302,13 @@ def computes(words: Words, function: Function, op: str) -> bool:
 
     return function.may_compute(op) and may_compute(words, op) or \
         any(spec[0] == op and words.may_reference(name) for name, spec in MODULES.items())
+
+
+def _number(node: ast.AST) -> bool:
+    """A number literal (``2``, ``-0.5``)."""
+    while node.__class__ is ast.UnaryOp:
+        node = node.operand
+    return node.__class__ is ast.Constant and node.value.__class__ in (int, float)
 
 
 def _callee(call: ast.Call) -> Optional[str]:

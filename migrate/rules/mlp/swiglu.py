@@ -107,7 +107,7 @@ from ...view.regions import Slice, _statement_index, enclosing_block, interior
 from ._experts import DECORATOR, experts_gate, last_statement
 from ._feeders import Node, assigned, inside, operand, removable
 from ._match import Gated, gated_in
-from ...view.syntax import code
+from ...view.syntax import code, walk_names
 from ..base import Rule
 from ....opmap import plan
 from ...view.ops import Op
@@ -116,6 +116,20 @@ REPORT = "NPU331"
 REUSE_PLAN = plan("mlp.reuse")
 SILU = "torch.nn.functional.silu"
 EXPERTS_DECORATOR = DECORATOR.rsplit(".", 1)[-1]  # what names the decorator, whatever imports it
+
+
+#: the nodes that bind names (``_rebound``)
+_BINDERS = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.AsName, cst.NamedExpr, cst.Del,
+            cst.ImportAlias, cst.FunctionDef, cst.ClassDef)
+#: Python's builtins of size arithmetic, never an activation or a projection
+ARITHMETIC = frozenset({"int", "float", "round", "len", "range", "min", "max", "abs", "sum", "divmod"})
+
+
+def _literal(node: cst.CSTNode) -> bool:
+    """A number literal (``2``, ``-0.5``): a product with it scales, it gates nothing."""
+    while isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
 
 
 class SwiGlu(Rule):
@@ -152,7 +166,7 @@ class SwiGlu(Rule):
     def may_find(cls, words) -> bool:
         """``_may_gate`` for some function, or an experts class's decorator (``_swiglu_experts``: named,
         as a name or an attribute, however it is imported)."""
-        return EXPERTS_DECORATOR in words.names or any("mul" in f.names or f.multiplies for f in words.functions)
+        return EXPERTS_DECORATOR in words.names or any("mul" in f.names or f.products for f in words.functions)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         """An MoE experts class that transformers gates with its library default (``mlp._experts``)."""
@@ -166,13 +180,50 @@ class SwiGlu(Rule):
                          target="torch_npu.npu_swiglu", edits=[edit], helpers=[HELPER])
 
     def _may_gate(self, func: cst.FunctionDef) -> bool:
-        """The cheap filter before the view is built: the function multiplies. (No name decides: an
-        activation may be any attribute, ``self.nonlin`` set from a config, and the same code under
-        other names must give the same finding.)"""
-        return "mul" in self.ctx.tree.names(func.body) or any(
-            isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
-            or isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.MultiplyAssign)
-            for n in self.ctx.tree.subtree(func.body))
+        """The cheap filter before the view is built: the function calls ``mul`` or multiplies two values
+        computed in it (not a number literal, not a parameter it keeps, not an attribute: ``2 *
+        config.intermediate_size``, ``num_heads * head_dim`` gate nothing; a gated MLP multiplies an
+        activation's result), and calls something that may be an activation (not only ``math`` and
+        Python's number builtins). No name of the code decides: an activation may be any attribute
+        (``self.nonlin`` set from a config), and the same code under other names gives the same finding."""
+        tree = self.ctx.tree
+        if "mul" not in tree.names(func.body) and not self._multiplies_computed(func):
+            return False
+        return any(not self._arithmetic(call) for call in tree.of_type(func.body, cst.Call))
+
+    def _multiplies_computed(self, func: cst.FunctionDef) -> bool:
+        pairs = [(n.left, n.right) if n.__class__ is cst.BinaryOperation else (n.target, n.value)
+                 for n in self.ctx.tree.of_type(func.body, cst.BinaryOperation, cst.AugAssign)
+                 if n.operator.__class__ in (cst.Multiply, cst.MultiplyAssign)]
+        pairs = [pair for pair in pairs if not any(_literal(n) or isinstance(n, cst.Attribute) for n in pair)]
+        if any(not isinstance(a, cst.Name) and not isinstance(b, cst.Name) for a, b in pairs):
+            return True
+        if not pairs:
+            return False
+        params = func.params
+        kept = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+        kept -= self._rebound(func)
+        return any(all(not (isinstance(n, cst.Name) and n.value in kept) for n in pair) for pair in pairs)
+
+    def _rebound(self, func: cst.FunctionDef) -> Set[str]:
+        """Names bound anywhere in ``func``'s body (nested functions' too: more than ``defuse.defined``,
+        from the tree's index of node classes, which is cheap)."""
+        found: Set[str] = set()
+        for node in self.ctx.tree.of_type(func.body, *_BINDERS):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                found.add(node.name.value)
+            elif isinstance(node, cst.ImportAlias):
+                found.update(walk_names(node.asname.name if node.asname else node.name)[-1:])
+            else:
+                found.update(walk_names(node.name if isinstance(node, cst.AsName) else node.target))
+        return found
+
+    def _arithmetic(self, call: cst.Call) -> bool:
+        """A call of ``math`` or of a number builtin the module does not rebind."""
+        func, names = call.func, self.ctx.names
+        if isinstance(func, cst.Name) and func.value in ARITHMETIC:
+            return func.value not in names.imports and func.value not in names.other_bindings
+        return (self.qualified_name(func) or "").startswith("math.")
 
     # -- the fused call ---------------------------------------------------------------------------
     def _call(self, m: Gated, operand) -> Union[Tuple[str, Dict[str, cst.CSTNode], str], Refusal]:
